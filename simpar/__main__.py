@@ -1,0 +1,3 @@
+from simpar.cli import main
+
+raise SystemExit(main())

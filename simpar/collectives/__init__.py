@@ -1,0 +1,128 @@
+"""Collective operations: pick an algorithm, expand it into phases, run them on a Network.
+
+``OPS`` maps each (op, algorithm) pair to exactly one expansion; ``collective`` is a SimPy process
+so several collectives can share a network (and contend) in one simulation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import simpy
+
+from simpar.collectives import hierarchical, ring, tree, worker_server
+from simpar.collectives.schedule import Phase, Transfer, chunk_sizes
+from simpar.engine import Network
+from simpar.errors import SimparError
+from simpar.topologies.graph import Topology
+
+ALGO_ALIASES = {"worker-server": "ps", "ws": "ps", "parameter-server": "ps", "hier": "hierarchical"}
+OP_ALIASES = {"all-reduce": "allreduce", "reduce-scatter": "reducescatter", "all-gather": "allgather",
+              "sendrecv": "p2p", "send": "p2p"}
+
+
+@dataclass(frozen=True)
+class CollectiveCall:
+    """Everything an algorithm may need; each expansion takes the parts it uses."""
+
+    group: list[str]
+    nbytes: int
+    topology: Topology
+    root: int = 0
+    peer: int = -1
+
+
+def _rings(fn):
+    """A ring algorithm over all of the group's channel rings (several across machines)."""
+    return lambda c: ring.over_channels(fn, ring.channel_orders(c.group, c.topology.machine), c.nbytes)
+
+
+def _p2p(c: CollectiveCall) -> list[Phase]:
+    return [Phase("p2p", (Transfer(c.group[c.root], c.group[c.peer], c.nbytes),))]
+
+
+Expansion = Callable[[CollectiveCall], list[Phase]]
+OPS: dict[str, dict[str, Expansion]] = {
+    "allreduce": {
+        "ring": _rings(ring.all_reduce),
+        "ps": lambda c: worker_server.all_reduce(c.group, c.nbytes, c.topology.server),
+        "tree": lambda c: tree.all_reduce(c.group, c.nbytes),
+        "hierarchical": lambda c: hierarchical.all_reduce(c.group, c.nbytes, c.topology),
+    },
+    "reducescatter": {
+        "ring": _rings(ring.reduce_scatter),
+        "ps": lambda c: worker_server.reduce_scatter(c.group, c.nbytes, c.topology.server),
+        "hierarchical": lambda c: hierarchical.reduce_scatter(c.group, c.nbytes, c.topology),
+    },
+    "allgather": {
+        "ring": _rings(ring.all_gather),
+        "ps": lambda c: worker_server.all_gather(c.group, c.nbytes, c.topology.server),
+        "hierarchical": lambda c: hierarchical.all_gather(c.group, c.nbytes, c.topology),
+    },
+    "broadcast": {
+        "ring": lambda c: ring.broadcast(c.group, c.nbytes, c.root),
+        "ps": lambda c: worker_server.broadcast(c.group, c.nbytes, c.root, c.topology.server),
+        "tree": lambda c: tree.broadcast(c.group, c.nbytes, c.root),
+    },
+    "reduce": {
+        "ring": lambda c: ring.reduce(c.group, c.nbytes, c.root),
+        "ps": lambda c: worker_server.reduce(c.group, c.nbytes, c.root, c.topology.server),
+        "tree": lambda c: tree.reduce(c.group, c.nbytes, c.root),
+    },
+    "p2p": {"direct": _p2p},
+}
+DEFAULT_ALGO = {"p2p": "direct"}
+
+# nccl-tests: busbw = algbw * factor, the per-rank link load an optimal algorithm needs.
+BUSBW_FACTOR: dict[str, Callable[[int], float]] = {
+    "allreduce": lambda n: 2 * (n - 1) / n,
+    "reducescatter": lambda n: (n - 1) / n,
+    "allgather": lambda n: (n - 1) / n,
+    "broadcast": lambda n: 1.0,
+    "reduce": lambda n: 1.0,
+    "p2p": lambda n: 1.0,
+}
+
+
+def normalize(op: str, algo: str | None) -> tuple[str, str]:
+    """Canonical (op, algo) names, or a clear error naming --op / --algo."""
+    op_key = OP_ALIASES.get(op.strip().lower(), op.strip().lower().replace("_", ""))
+    if op_key not in OPS:
+        raise SimparError(f"--op: unknown collective {op!r}; choose from {', '.join(OPS)}")
+    if algo is None:
+        algo_key = DEFAULT_ALGO.get(op_key, "ring")
+    else:
+        algo_key = ALGO_ALIASES.get(algo.strip().lower(), algo.strip().lower())
+    if algo_key not in OPS[op_key]:
+        raise SimparError(f"--algo: {op_key} has no algorithm {algo!r}; choose from {', '.join(OPS[op_key])}")
+    return op_key, algo_key
+
+
+def expand(op: str, algo: str | None, topology: Topology, group: list[str], nbytes: int,
+           root: int = 0, peer: int = -1) -> list[Phase]:
+    op, algo = normalize(op, algo)
+    n = len(group)
+    if op == "p2p" and n < 2:
+        raise SimparError("--gpus: p2p needs at least 2 ranks")
+    for flag, value in (("--root", root), ("--peer", peer)):
+        if not -n <= value < n:
+            raise SimparError(f"{flag}: rank {value} is outside the group of {n} ranks")
+    if op == "p2p" and group[root] == group[peer]:
+        raise SimparError("--peer: p2p needs two different ranks")
+    return OPS[op][algo](CollectiveCall(list(group), int(nbytes), topology, root, peer))
+
+
+def collective(network: Network, phases: list[Phase], tag: str = "") -> simpy.Process:
+    """A SimPy process running the phases one after another, each phase's transfers at once."""
+
+    def run():
+        for phase in phases:
+            label = f"{tag}{phase.name}"
+            yield network.transfer_all([(t.src, t.dst, t.nbytes, t.steps) for t in phase.transfers], label)
+
+    return network.env.process(run())
+
+
+__all__ = ["ALGO_ALIASES", "BUSBW_FACTOR", "OPS", "Phase", "Transfer", "chunk_sizes",
+           "collective", "expand", "normalize"]

@@ -1,0 +1,80 @@
+"""Datasheet presets. Dense (non-sparse) tensor-core peaks; memory in bytes.
+
+Capacities are the marketed size in GiB (what ``torch.cuda.get_device_properties`` roughly
+reports) except H200, whose datasheet gives 141 GB. The achievable fraction is a typical
+large-GEMM efficiency; ``simpar calibrate`` measures the real one.
+"""
+
+from __future__ import annotations
+
+from simpar.devices.specs import GPUSpec, HostSpec, NVMeSpec
+from simpar.errors import SimparError
+
+GiB = 2**30
+TB = 10**12
+T = 1e12
+
+GPUS: dict[str, GPUSpec] = {
+    g.name: g
+    for g in [
+        GPUSpec("v100-32gb", 15.7 * T, None, 125 * T, None, 0.7, 32 * GiB, 900e9,
+                "NVIDIA V100 SXM2 datasheet (no TF32 or bf16 tensor cores)"),
+        GPUSpec("a100-40gb", 19.5 * T, 156 * T, 312 * T, 312 * T, 0.7, 40 * GiB, 1555e9,
+                "NVIDIA A100 SXM4 40GB datasheet"),
+        GPUSpec("a100-80gb", 19.5 * T, 156 * T, 312 * T, 312 * T, 0.7, 80 * GiB, 2039e9,
+                "NVIDIA A100 SXM4 80GB datasheet"),
+        GPUSpec("h100-sxm", 67 * T, 494.7 * T, 989.4 * T, 989.4 * T, 0.7, 80 * GiB, 3.35e12,
+                "NVIDIA H100 SXM5 datasheet (dense = half the sparse figure)"),
+        GPUSpec("h200", 67 * T, 494.7 * T, 989.4 * T, 989.4 * T, 0.7, 141 * 10**9, 4.8e12,
+                "NVIDIA H200 SXM datasheet"),
+        GPUSpec("rtx-3090", 35.6 * T, 35.6 * T, 71 * T, 71 * T, 0.7, 24 * GiB, 936e9,
+                "NVIDIA Ampere GA102 whitepaper (fp16 tensor with fp32 accumulate)"),
+        GPUSpec("rtx-4090", 82.6 * T, 82.6 * T, 165.2 * T, 165.2 * T, 0.7, 24 * GiB, 1008e9,
+                "NVIDIA Ada AD102 whitepaper (fp16 tensor with fp32 accumulate)"),
+    ]
+}
+
+HOSTS: dict[str, HostSpec] = {
+    h.name: h
+    for h in [
+        # DGX A100: 2x AMD EPYC 7742 (64 cores each), 8 channels DDR4-3200 per socket.
+        HostSpec("epyc-7742x2", 128, 1024 * GiB, 409.6e9, 4.6 * T, 4e9,
+                 "DGX A100 user guide; CPU-Adam rate after the ZeRO-Offload paper"),
+        # DGX H100: 2x Intel Xeon Platinum 8480C (56 cores each), 8 channels DDR5-4800 per socket.
+        HostSpec("xeon-8480x2", 112, 2048 * GiB, 614e9, 8.6 * T, 5e9,
+                 "DGX H100 user guide; CPU-Adam rate scaled from ZeRO-Offload"),
+        # A workstation: 32-core Threadripper 3970X, 4 channels DDR4-3200.
+        HostSpec("threadripper-3970x", 32, 256 * GiB, 102.4e9, 3.6 * T, 1.5e9,
+                 "AMD Threadripper 3970X spec sheet; CPU-Adam rate scaled by cores"),
+    ]
+}
+
+NVMES: dict[str, NVMeSpec] = {
+    n.name: n
+    for n in [
+        NVMeSpec("nvme-gen4", 4 * TB, 7.0e9, 5.0e9, "a typical PCIe 4.0 x4 data-centre drive"),
+        NVMeSpec("nvme-raid-dgx", 15 * TB, 24e9, 16e9,
+                 "DGX A100 internal 4x 3.84 TB U.2 in RAID-0 (four single-drive figures)"),
+    ]
+}
+
+KINDS = {"gpu": GPUS, "host": HOSTS, "nvme": NVMES}
+
+
+def _lookup(table: dict, kind: str, name: str):
+    key = name.strip().lower()
+    if key not in table:
+        raise SimparError(f"{kind}: unknown preset {name!r}; choose from {', '.join(table)}")
+    return table[key]
+
+
+def gpu(name: str) -> GPUSpec:
+    return _lookup(GPUS, "--device", name)
+
+
+def host(name: str) -> HostSpec:
+    return _lookup(HOSTS, "--host", name)
+
+
+def nvme(name: str) -> NVMeSpec:
+    return _lookup(NVMES, "--nvme", name)

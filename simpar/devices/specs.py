@@ -1,0 +1,67 @@
+"""What a device can do, as frozen dataclasses (one per SKU, like a datasheet row)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from simpar.errors import SimparError
+
+DTYPES = ("fp32", "tf32", "fp16", "bf16")
+
+
+@dataclass(frozen=True)
+class GPUSpec:
+    """A GPU: dense peak FLOP/s per dtype, the fraction of it large GEMMs reach, and HBM.
+
+    ``None`` for a dtype means the chip has no fast path for it (e.g. V100 has no bf16).
+    """
+
+    name: str
+    fp32_flops: float
+    tf32_flops: float | None
+    fp16_flops: float
+    bf16_flops: float | None
+    achievable_fraction: float  # of peak, typical for large matmuls; calibration replaces it
+    memory_bytes: int
+    memory_bandwidth: float  # bytes/s
+    source: str = ""  # where the numbers come from
+
+    def peak_flops(self, dtype: str) -> float:
+        if dtype not in DTYPES:
+            raise SimparError(f"dtype: unknown {dtype!r}; choose from {', '.join(DTYPES)}")
+        rate = getattr(self, f"{dtype}_flops")
+        if rate is None:
+            raise SimparError(f"dtype: {self.name} has no {dtype} support")
+        return rate
+
+    def flops(self, dtype: str) -> float:
+        """Achievable FLOP/s for ``dtype``: what compute time should be priced with."""
+        return self.peak_flops(dtype) * self.achievable_fraction
+
+
+@dataclass(frozen=True)
+class HostSpec:
+    """The CPU side of a node: DRAM, cores, and how fast it runs an Adam update (ZeRO-Offload)."""
+
+    name: str
+    cores: int
+    memory_bytes: int
+    memory_bandwidth: float  # bytes/s
+    fp32_flops: float  # peak, all cores
+    adam_params_per_s: float  # parameters updated per second by a vectorised CPU Adam
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class NVMeSpec:
+    """Local NVMe storage (ZeRO-Infinity's third tier)."""
+
+    name: str
+    capacity_bytes: int
+    read_bandwidth: float  # bytes/s
+    write_bandwidth: float  # bytes/s
+    source: str = ""
+
+
+def spec_as_dict(spec) -> dict:
+    return {f.name: getattr(spec, f.name) for f in fields(spec)}

@@ -1,0 +1,59 @@
+"""The ``simpar`` command: one sub-command per module, every user error a single line + exit 2."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from simpar.errors import SimparError
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a bad flag raises SimparError so it prints as one line, never a usage dump."""
+
+    def error(self, message: str):
+        raise SimparError(f"{message} (see '{self.prog} --help')")
+
+
+def write_json(data, destination: str) -> None:
+    """``-`` prints to stdout; anything else is a file path."""
+    text = json.dumps(data, indent=2)
+    if destination == "-":
+        print(text)
+        return
+    try:
+        with open(destination, "w") as handle:
+            handle.write(text + "\n")
+    except OSError as exc:
+        raise SimparError(f"--json: cannot write {destination!r}: {exc.strerror}") from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from simpar.cli import catalog, collective
+
+    parser = _Parser(prog="simpar", description="Simulate, run for real and teach distributed training.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    collective.register(sub)
+    catalog.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        if args.command is None:
+            parser.print_help(sys.stderr)
+            return 2
+        return args.handler(args) or 0
+    except SimparError as exc:
+        print(f"simpar: error: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # e.g. piped into `head`: stop quietly, as Unix tools do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except KeyboardInterrupt:
+        print("simpar: interrupted", file=sys.stderr)
+        return 130

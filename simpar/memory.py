@@ -1,0 +1,59 @@
+"""Closed-form memory per GPU: model states by ZeRO stage (Rajbhandari et al. 2020), activations.
+
+With Φ parameters, N data-parallel ranks, weights and gradients of w bytes and K optimizer
+bytes per parameter (mixed-precision Adam: w = 2, K = 12):
+    ddp, dp:        params wΦ    grads wΦ    optimizer KΦ
+    zero1:          params wΦ    grads wΦ    optimizer KΦ/N
+    zero2:          params wΦ    grads wΦ/N  optimizer KΦ/N
+    zero3:          params wΦ/N  grads wΦ/N  optimizer KΦ/N
+*-offload moves the optimizer states (and the fp32 gradients it steps on) to host memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from simpar.errors import SimparError
+from simpar.train import TrainSpec
+
+# which model states are split across the data-parallel group, and what lives on the host
+SHARDING = {
+    "dp": (False, False, False), "ddp": (False, False, False),
+    "zero1": (False, False, True), "zero2": (False, True, True), "zero3": (True, True, True),
+    "zero2-offload": (False, True, True), "zero3-offload": (True, True, True),
+    "zero3-infinity": (True, True, True),
+}
+
+
+@dataclass(frozen=True)
+class Memory:
+    params: float
+    grads: float
+    optimizer: float
+    activations: float = 0.0
+    host: float = 0.0  # bytes per rank kept in host memory (offload)
+    nvme: float = 0.0  # bytes per rank kept on NVMe (ZeRO-Infinity)
+
+    @property
+    def total(self) -> float:
+        return self.params + self.grads + self.optimizer + self.activations
+
+    def to_json(self) -> dict:
+        return {**asdict(self), "total": self.total}
+
+
+def model_states(strategy: str, params: int, dp: int, train: TrainSpec = TrainSpec()) -> Memory:
+    if strategy not in SHARDING:
+        raise SimparError(f"--strategy: unknown {strategy!r}; choose from {', '.join(SHARDING)}")
+    if dp < 1:
+        raise SimparError(f"--gpus: must be at least 1, got {dp}")
+    shard_params, shard_grads, shard_opt = SHARDING[strategy]
+    w, k = train.weight_bytes, train.optimizer_bytes
+    p = w * params / (dp if shard_params else 1)
+    g = w * params / (dp if shard_grads else 1)
+    o = k * params / (dp if shard_opt else 1)
+    if strategy.endswith("-offload"):
+        return Memory(p, g, 0.0, host=o)
+    if strategy == "zero3-infinity":  # parameters and optimizer states live on NVMe
+        return Memory(0.0, g, 0.0, nvme=o + p)
+    return Memory(p, g, o)

@@ -1,0 +1,37 @@
+"""Model presets from the published configs (Hugging Face config.json of each model).
+
+``tiny`` and ``small`` are meant for real runs on CPU with gloo (16 ranks on 2 cores).
+"""
+
+from __future__ import annotations
+
+from simpar.errors import SimparError
+from simpar.models.spec import ModelSpec
+
+_GPT2 = dict(vocab=50257, activation="gelu", norm="layernorm", tied_embeddings=True, bias=True)
+_LLAMA2 = dict(vocab=32000, seq=4096, activation="swiglu", norm="rmsnorm", tied_embeddings=False, bias=False)
+
+PRESETS: dict[str, ModelSpec] = {
+    m.name: m
+    for m in [
+        ModelSpec("tiny", layers=2, hidden=64, heads=4, ffn=256, vocab=256, seq=32, positions=32),
+        ModelSpec("small", layers=4, hidden=128, heads=4, ffn=512, vocab=1024, seq=64, positions=64),
+        ModelSpec("gpt2", layers=12, hidden=768, heads=12, ffn=3072, seq=1024, positions=1024, **_GPT2),
+        ModelSpec("gpt2-medium", layers=24, hidden=1024, heads=16, ffn=4096, seq=1024, positions=1024, **_GPT2),
+        ModelSpec("gpt2-large", layers=36, hidden=1280, heads=20, ffn=5120, seq=1024, positions=1024, **_GPT2),
+        ModelSpec("gpt2-xl", layers=48, hidden=1600, heads=25, ffn=6400, seq=1024, positions=1024, **_GPT2),
+        ModelSpec("gpt3-175b", layers=96, hidden=12288, heads=96, ffn=49152, seq=2048, positions=2048, **_GPT2),
+        ModelSpec("llama2-7b", layers=32, hidden=4096, heads=32, ffn=11008, **_LLAMA2),
+        ModelSpec("llama2-13b", layers=40, hidden=5120, heads=40, ffn=13824, **_LLAMA2),
+        ModelSpec("llama2-70b", layers=80, hidden=8192, heads=64, kv_heads=8, ffn=28672, **_LLAMA2),
+        ModelSpec("llama3-8b", layers=32, hidden=4096, heads=32, kv_heads=8, ffn=14336,
+                  **{**_LLAMA2, "vocab": 128256, "seq": 8192}),
+    ]
+}
+
+
+def model(name: str) -> ModelSpec:
+    key = name.strip().lower()
+    if key not in PRESETS:
+        raise SimparError(f"--model: unknown preset {name!r}; choose from {', '.join(PRESETS)}")
+    return PRESETS[key]

@@ -1,0 +1,123 @@
+"""A decoder-only transformer described by its shape: parameters, FLOPs and activation bytes.
+
+Counting rules (they reproduce the published counts exactly):
+- embeddings: vocab x hidden, plus learned positions x hidden when the model has them (GPT-2);
+- per layer: Q and O are hidden x hidden, K and V hidden x (kv_heads x head_dim) (GQA);
+  MLP is 2 x hidden x ffn (GELU) or 3 x hidden x ffn (SwiGLU: gate, up, down);
+  biases on every linear layer when ``bias``; two norms (LayerNorm: weight + bias, RMSNorm: weight);
+- a final norm; an output head of vocab x hidden unless tied to the embedding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simpar.errors import SimparError
+
+ACTIVATIONS = ("gelu", "swiglu")
+NORMS = ("layernorm", "rmsnorm")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    layers: int
+    hidden: int
+    heads: int
+    ffn: int
+    vocab: int
+    seq: int
+    kv_heads: int | None = None  # None: same as heads (multi-head attention)
+    activation: str = "gelu"
+    norm: str = "layernorm"
+    tied_embeddings: bool = True
+    positions: int = 0  # learned position embeddings (GPT-2: 1024); 0 for rotary
+    bias: bool = True
+
+    def __post_init__(self):
+        for field in ("layers", "hidden", "heads", "ffn", "vocab", "seq"):
+            if getattr(self, field) < 1:
+                raise SimparError(f"model {self.name}: {field} must be at least 1, got {getattr(self, field)}")
+        if self.hidden % self.heads:
+            raise SimparError(f"model {self.name}: hidden {self.hidden} is not divisible by heads {self.heads}")
+        if self.heads % self.n_kv_heads:
+            raise SimparError(f"model {self.name}: heads {self.heads} not divisible by kv_heads {self.n_kv_heads}")
+        if self.activation not in ACTIVATIONS:
+            raise SimparError(f"model {self.name}: activation must be one of {', '.join(ACTIVATIONS)}")
+        if self.norm not in NORMS:
+            raise SimparError(f"model {self.name}: norm must be one of {', '.join(NORMS)}")
+
+    # -- parameters --------------------------------------------------------------------------
+    @property
+    def n_kv_heads(self) -> int:
+        return self.kv_heads or self.heads
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+    @property
+    def kv_dim(self) -> int:
+        return self.n_kv_heads * self.head_dim
+
+    def _norm_params(self) -> int:
+        return 2 * self.hidden if self.norm == "layernorm" else self.hidden
+
+    def attention_params(self) -> int:
+        h, kv = self.hidden, self.kv_dim
+        weights = 2 * h * h + 2 * h * kv
+        return weights + ((2 * h + 2 * kv) if self.bias else 0)
+
+    def mlp_params(self) -> int:
+        h, f = self.hidden, self.ffn
+        if self.activation == "swiglu":
+            return 3 * h * f + ((2 * f + h) if self.bias else 0)
+        return 2 * h * f + ((f + h) if self.bias else 0)
+
+    def layer_params(self) -> int:
+        return self.attention_params() + self.mlp_params() + 2 * self._norm_params()
+
+    def embedding_params(self) -> int:
+        return self.vocab * self.hidden + self.positions * self.hidden
+
+    def head_params(self) -> int:
+        return 0 if self.tied_embeddings else self.vocab * self.hidden
+
+    @property
+    def params(self) -> int:
+        return (self.embedding_params() + self.layers * self.layer_params() + self._norm_params()
+                + self.head_params())
+
+    # -- compute -----------------------------------------------------------------------------
+    def layer_forward_flops(self, micro_batch: int) -> float:
+        """2 FLOPs per multiply-add of every linear layer, plus attention's QK^T and AV
+        (2 x 2 x b x s^2 x hidden, counted in full as Megatron does)."""
+        tokens = micro_batch * self.seq
+        h, kv, f = self.hidden, self.kv_dim, self.ffn
+        weights = 2 * h * h + 2 * h * kv + (3 if self.activation == "swiglu" else 2) * h * f
+        return 2.0 * tokens * weights + 4.0 * micro_batch * self.seq**2 * h
+
+    def head_forward_flops(self, micro_batch: int) -> float:
+        """The output projection to the vocabulary (present whether or not it is tied)."""
+        return 2.0 * micro_batch * self.seq * self.vocab * self.hidden
+
+    # -- activations -------------------------------------------------------------------------
+    def layer_activation_bytes(self, micro_batch: int, recompute: str = "none",
+                               flash_attention: bool = False) -> float:
+        """Bytes a layer keeps for backward in 16-bit training (Korthikanti et al. 2022).
+
+        none: s·b·h·(34 + 5·a·s/h) for a GELU MLP of 4h; the MLP's share scales with ffn/h,
+        and SwiGLU keeps 3 ffn-wide tensors where GELU keeps 2. selective: the attention-score
+        term 5·a·s²·b is recomputed (flash attention never stores it either). full: only the
+        layer input, 2·s·b·h.
+        """
+        s, b, h, a = self.seq, micro_batch, self.hidden, self.heads
+        if recompute == "full":
+            return 2.0 * s * b * h
+        if recompute not in ("none", "selective"):
+            raise SimparError(f"--recompute: must be none, selective or full, got {recompute!r}")
+        ffn_tensors = 3 if self.activation == "swiglu" else 2
+        # attention 11 sbh, two norms 4 sbh, MLP input 2 + dropout mask 1, ffn-wide tensors 2 bytes each
+        per_token = 11 + 4 + 3 + ffn_tensors * 2 * self.ffn / h
+        scores = 0.0 if (recompute == "selective" or flash_attention) else 5.0 * a * s / h
+        return s * b * h * (per_token + scores)

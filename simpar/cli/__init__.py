@@ -31,12 +31,13 @@ def write_json(data, destination: str) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from simpar.cli import catalog, collective
+    from simpar.cli import catalog, collective, models
 
     parser = _Parser(prog="simpar", description="Simulate, run for real and teach distributed training.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     collective.register(sub)
     catalog.register(sub)
+    models.register(sub)
     return parser
 
 

@@ -6,7 +6,8 @@ bytes per parameter (mixed-precision Adam: w = 2, K = 12):
     zero1:          params wΦ    grads wΦ    optimizer KΦ/N
     zero2:          params wΦ    grads wΦ/N  optimizer KΦ/N
     zero3:          params wΦ/N  grads wΦ/N  optimizer KΦ/N
-*-offload moves the optimizer states (and the fp32 gradients it steps on) to host memory.
+*-offload keeps the (sharded) optimizer states in host memory instead; zero3-infinity keeps the
+parameter and optimizer shards on NVMe. Activations are added by the caller from the ModelSpec.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import asdict, dataclass
 from simpar.errors import SimparError
 from simpar.train import TrainSpec
 
-# which model states are split across the data-parallel group, and what lives on the host
+# (params, grads, optimizer): which model states are split across the data-parallel group
 SHARDING = {
     "dp": (False, False, False), "ddp": (False, False, False),
     "zero1": (False, False, True), "zero2": (False, True, True), "zero3": (True, True, True),

@@ -4,7 +4,7 @@ import pytest
 
 from simpar import SimparError
 from simpar.memory import model_states
-from simpar.models import PRESETS, ModelSpec, model
+from simpar.models import ModelSpec, model
 from simpar.train import TrainSpec
 
 # Published parameter counts (Hugging Face checkpoints).

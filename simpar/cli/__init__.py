@@ -17,17 +17,23 @@ class _Parser(argparse.ArgumentParser):
         raise SimparError(f"{message} (see '{self.prog} --help')")
 
 
-def write_json(data, destination: str) -> None:
-    """``-`` prints to stdout; anything else is a file path."""
+def add_json_flag(parser: argparse.ArgumentParser, what: str = "the result") -> None:
+    parser.add_argument("--json", metavar="PATH|-", help=f"write {what} as JSON ('-': stdout, nothing else)")
+
+
+def write_json(data, destination: str) -> bool:
+    """``-`` prints to stdout; anything else is a file path. Returns True when the JSON went to
+    stdout, i.e. the command should print nothing more."""
     text = json.dumps(data, indent=2)
     if destination == "-":
         print(text)
-        return
+        return True
     try:
         with open(destination, "w") as handle:
             handle.write(text + "\n")
     except OSError as exc:
         raise SimparError(f"--json: cannot write {destination!r}: {exc.strerror}") from None
+    return False
 
 
 def build_parser() -> argparse.ArgumentParser:

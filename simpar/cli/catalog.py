@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 from simpar import devices, topologies
-from simpar.cli import write_json
+from simpar.cli import add_json_flag, write_json
 
 GiB = 2**30
 
@@ -11,11 +13,11 @@ GiB = 2**30
 def register(sub) -> None:
     p = sub.add_parser("devices", help="list GPU, host and NVMe presets",
                        description="List the device presets (datasheet numbers; dense FLOP/s).")
-    p.add_argument("--json", metavar="PATH|-", help="write the presets as JSON ('-' for stdout)")
+    add_json_flag(p, "the presets")
     p.set_defaults(handler=list_devices)
     p = sub.add_parser("topologies", help="list topology presets",
                        description="List the topology presets usable with --topology.")
-    p.add_argument("--json", metavar="PATH|-", help="write the presets as JSON ('-' for stdout)")
+    add_json_flag(p, "the presets")
     p.set_defaults(handler=list_topologies)
 
 
@@ -24,11 +26,9 @@ def _tflops(value) -> str:
 
 
 def list_devices(args) -> int:
-    if args.json:
-        write_json({kind: [devices.spec_as_dict(s) for s in table.values()]
-                    for kind, table in devices.presets.KINDS.items()}, args.json)
-        if args.json == "-":
-            return 0
+    if args.json and write_json({kind: [asdict(s) for s in table.values()]
+                                 for kind, table in devices.presets.KINDS.items()}, args.json):
+        return 0
     print("GPUs (dense peak TFLOP/s; achievable = peak x fraction)")
     print(f"  {'name':<12}{'fp32':>7}{'tf32':>7}{'fp16':>7}{'bf16':>7}{'frac':>6}{'memory':>10}{'HBM GB/s':>10}")
     for g in devices.GPUS.values():
@@ -50,10 +50,8 @@ def list_devices(args) -> int:
 def list_topologies(args) -> int:
     rows = [{"name": p.name, "max_gpus": p.max_gpus, "description": p.description,
              "takes_bandwidth_latency": p.takes_link} for p in topologies.PRESETS.values()]
-    if args.json:
-        write_json(rows, args.json)
-        if args.json == "-":
-            return 0
+    if args.json and write_json(rows, args.json):
+        return 0
     print(f"  {'name':<13}{'max gpus':>9}  description")
     for row in rows:
         print(f"  {row['name']:<13}{row['max_gpus']:>9}  {row['description']}")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from simpar import topologies, units
-from simpar.cli import write_json
+from simpar.cli import add_json_flag, write_json
 from simpar.collective_run import CollectiveResult, simulate_collective
 from simpar.collectives import OPS, normalize
 from simpar.errors import SimparError
@@ -32,7 +32,7 @@ def register(sub) -> None:
     p.add_argument("--sweep", action="store_true",
                    help="time every power-of-two size from --min-bytes up to --bytes")
     p.add_argument("--min-bytes", default="1KiB", help="smallest size of --sweep (default 1KiB)")
-    p.add_argument("--json", metavar="PATH|-", help="write the result as JSON ('-' for stdout only)")
+    add_json_flag(p)
     p.set_defaults(handler=run)
 
 
@@ -69,20 +69,17 @@ def run(args) -> int:
         smallest = units.whole_bytes(args.min_bytes, "--min-bytes")
         results = [simulate_collective(topology, op, algo, size, root, peer)
                    for size in sweep_sizes(smallest, nbytes)]
-        if args.json:
-            write_json({"op": op, "algo": algo, "topology": topology.name, "gpus": gpus,
-                        "sweep": [{"bytes": r.bytes, "time_s": r.time_s, "algbw_Bps": r.algbw_Bps,
-                                   "busbw_Bps": r.busbw_Bps} for r in results]}, args.json)
-            if args.json == "-":
-                return 0
+        sweep = {"op": op, "algo": algo, "topology": topology.name, "gpus": gpus,
+                 "sweep": [{"bytes": r.bytes, "time_s": r.time_s, "algbw_Bps": r.algbw_Bps,
+                            "busbw_Bps": r.busbw_Bps} for r in results]}
+        if args.json and write_json(sweep, args.json):
+            return 0
         print_sweep(results, topology.description)
         return 0
 
     result = simulate_collective(topology, op, algo, nbytes, root, peer)
-    if args.json:
-        write_json(result.to_json(), args.json)
-        if args.json == "-":
-            return 0
+    if args.json and write_json(result.to_json(), args.json):
+        return 0
     print_result(result, topology.description)
     return 0
 

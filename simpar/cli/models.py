@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from simpar import units
-from simpar.cli import write_json
+from simpar.cli import add_json_flag, write_json
 from simpar.errors import SimparError
-from simpar.memory import SHARDING, Memory, model_states
+from simpar.memory import SHARDING, model_states
 from simpar.models import PRESETS, model
 from simpar.train import OPTIMIZERS, PRECISIONS, TrainSpec
 
@@ -13,7 +15,7 @@ from simpar.train import OPTIMIZERS, PRECISIONS, TrainSpec
 def register(sub) -> None:
     p = sub.add_parser("models", help="list model presets with exact parameter counts",
                        description="List the model presets and their exact parameter counts.")
-    p.add_argument("--json", metavar="PATH|-", help="write [{name, params}] as JSON ('-' for stdout)")
+    add_json_flag(p, "[{name, params}]")
     p.set_defaults(handler=list_models)
 
     p = sub.add_parser("memory", help="memory per GPU of a strategy (model states, activations)",
@@ -29,16 +31,14 @@ def register(sub) -> None:
     p.add_argument("--flash-attention", action="store_true", help="attention scores are never stored")
     p.add_argument("--precision", default="bf16-mixed", help=f"one of {', '.join(PRECISIONS)}")
     p.add_argument("--optimizer", default="adam", help=f"one of {', '.join(OPTIMIZERS)}")
-    p.add_argument("--json", metavar="PATH|-", help="write the result as JSON ('-' for stdout)")
+    add_json_flag(p)
     p.set_defaults(handler=show_memory)
 
 
 def list_models(args) -> int:
     rows = [{"name": m.name, "params": m.params} for m in PRESETS.values()]
-    if args.json:
-        write_json(rows, args.json)
-        if args.json == "-":
-            return 0
+    if args.json and write_json(rows, args.json):
+        return 0
     print(f"  {'name':<13}{'params':>17}{'layers':>8}{'hidden':>8}{'heads':>7}{'kv':>5}{'ffn':>7}{'vocab':>8}{'seq':>6}")
     for m in PRESETS.values():
         print(f"  {m.name:<13}{m.params:>17,}{m.layers:>8}{m.hidden:>8}{m.heads:>7}{m.n_kv_heads:>5}"
@@ -58,16 +58,13 @@ def show_memory(args) -> int:
     else:
         spec = model(args.model or "gpt2")
         name, params = spec.name, spec.params
-    states = model_states(args.strategy.strip().lower(), params, gpus, train)
-    activations = 0.0
+    memory = model_states(args.strategy.strip().lower(), params, gpus, train)
     if spec is not None:
-        activations = spec.layers * spec.layer_activation_bytes(micro_batch, args.recompute, args.flash_attention)
-    memory = Memory(states.params, states.grads, states.optimizer, activations, states.host, states.nvme)
-    if args.json:
-        write_json({"model": name, "params": params, "strategy": args.strategy, "gpus": gpus,
-                    "per_gpu": memory.to_json()}, args.json)
-        if args.json == "-":
-            return 0
+        memory = replace(memory, activations=spec.layers * spec.layer_activation_bytes(
+            micro_batch, args.recompute, args.flash_attention))
+    result = {"model": name, "params": params, "strategy": args.strategy, "gpus": gpus, "per_gpu": memory.to_json()}
+    if args.json and write_json(result, args.json):
+        return 0
     print(f"{name} with {args.strategy} on {gpus} GPUs ({train.precision}, {train.optimizer}: "
           f"{train.weight_bytes}+{train.weight_bytes}+{train.optimizer_bytes} bytes per parameter)")
     for label, value in (("params", memory.params), ("grads", memory.grads), ("optimizer", memory.optimizer),

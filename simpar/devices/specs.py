@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 from simpar.errors import SimparError
 
@@ -61,7 +61,3 @@ class NVMeSpec:
     read_bandwidth: float  # bytes/s
     write_bandwidth: float  # bytes/s
     source: str = ""
-
-
-def spec_as_dict(spec) -> dict:
-    return {f.name: getattr(spec, f.name) for f in fields(spec)}

@@ -63,19 +63,19 @@ class ModelSpec:
     def _norm_params(self) -> int:
         return 2 * self.hidden if self.norm == "layernorm" else self.hidden
 
-    def attention_params(self) -> int:
+    def layer_weights(self) -> int:
+        """Elements of the layer's weight matrices: Q, O (h x h), K, V (h x kv), MLP (2 or 3 x h x ffn)."""
         h, kv = self.hidden, self.kv_dim
-        weights = 2 * h * h + 2 * h * kv
-        return weights + ((2 * h + 2 * kv) if self.bias else 0)
+        return 2 * h * h + 2 * h * kv + (3 if self.activation == "swiglu" else 2) * h * self.ffn
 
-    def mlp_params(self) -> int:
+    def _layer_biases(self) -> int:
+        if not self.bias:
+            return 0
         h, f = self.hidden, self.ffn
-        if self.activation == "swiglu":
-            return 3 * h * f + ((2 * f + h) if self.bias else 0)
-        return 2 * h * f + ((f + h) if self.bias else 0)
+        return 2 * h + 2 * self.kv_dim + ((2 * f + h) if self.activation == "swiglu" else (f + h))
 
     def layer_params(self) -> int:
-        return self.attention_params() + self.mlp_params() + 2 * self._norm_params()
+        return self.layer_weights() + self._layer_biases() + 2 * self._norm_params()
 
     def embedding_params(self) -> int:
         return self.vocab * self.hidden + self.positions * self.hidden
@@ -92,10 +92,7 @@ class ModelSpec:
     def layer_forward_flops(self, micro_batch: int) -> float:
         """2 FLOPs per multiply-add of every linear layer, plus attention's QK^T and AV
         (2 x 2 x b x s^2 x hidden, counted in full as Megatron does)."""
-        tokens = micro_batch * self.seq
-        h, kv, f = self.hidden, self.kv_dim, self.ffn
-        weights = 2 * h * h + 2 * h * kv + (3 if self.activation == "swiglu" else 2) * h * f
-        return 2.0 * tokens * weights + 4.0 * micro_batch * self.seq**2 * h
+        return 2.0 * micro_batch * self.seq * self.layer_weights() + 4.0 * micro_batch * self.seq**2 * self.hidden
 
     def head_forward_flops(self, micro_batch: int) -> float:
         """The output projection to the vocabulary (present whether or not it is tied)."""

@@ -101,19 +101,9 @@ class Topology:
     def num_channels(self) -> int:
         return len(self._channels)
 
-    def kind(self, node: str) -> str:
-        return self.graph.nodes[node]["kind"]
-
     def machine(self, node: str) -> int | None:
         """Index of the server box (DGX node, workstation...) the node sits in."""
         return self.graph.nodes[node]["machine"]
-
-    def spec(self, node: str):
-        return self.graph.nodes[node]["spec"]
-
-    def nodes_of_kind(self, kind: str, machine: int | None = None) -> list[str]:
-        return [n for n, d in self.graph.nodes(data=True)
-                if d["kind"] == kind and (machine is None or d["machine"] == machine)]
 
     def _route_latency(self, src: str, dst: str) -> float:
         return float(sum(self._latency[c] for c in self.route(src, dst)))
@@ -171,10 +161,3 @@ class Topology:
                     index[a].setdefault(node["machine"], []).append((b, data["cost"], node["affinity"]))
             self._adjacency_index = index
         return self._adjacency_index
-
-    def summary(self) -> dict:
-        kinds: dict[str, int] = {}
-        for _, data in self.graph.nodes(data=True):
-            kinds[data["kind"]] = kinds.get(data["kind"], 0) + 1
-        return {"name": self.name, "gpus": len(self.gpus), "nodes": kinds,
-                "links": self.graph.number_of_edges()}

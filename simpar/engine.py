@@ -150,6 +150,8 @@ class Network:
         while True:
             if self._flows:
                 horizon = float(min(f.remaining / r for f, r in zip(self._flows, self._rates)))
+                # never a step too small to move the clock (near-infinite links at a late time)
+                horizon = max(horizon, float(np.spacing(self.env.now)))
                 yield self.env.any_of([self._wake, self.env.timeout(horizon)])
             else:
                 yield self._wake

@@ -57,13 +57,13 @@ def whole_bytes(text: str | float | int, field: str) -> int:
     return int(value)
 
 
-def positive_int(text: str | int, field: str) -> int:
+def positive_int(text: str | int, field: str, minimum: int = 1) -> int:
     try:
         value = int(str(text).strip())
     except ValueError:
         raise SimparError(f"{field}: expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise SimparError(f"{field}: must be at least 1, got {value}")
+    if value < minimum:
+        raise SimparError(f"{field}: must be at least {minimum}, got {value}")
     return value
 
 

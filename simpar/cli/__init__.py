@@ -37,10 +37,11 @@ def write_json(data, destination: str) -> bool:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from simpar.cli import catalog, collective, models
+    from simpar.cli import catalog, collective, models, run
 
     parser = _Parser(prog="simpar", description="Simulate, run for real and teach distributed training.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    run.register(sub)
     collective.register(sub)
     catalog.register(sub)
     models.register(sub)

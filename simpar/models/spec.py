@@ -100,13 +100,16 @@ class ModelSpec:
 
     # -- activations -------------------------------------------------------------------------
     def layer_activation_bytes(self, micro_batch: int, recompute: str = "none",
-                               flash_attention: bool = False) -> float:
+                               flash_attention: bool = False, tp: int = 1) -> float:
         """Bytes a layer keeps for backward in 16-bit training (Korthikanti et al. 2022).
 
-        none: s·b·h·(34 + 5·a·s/h) for a GELU MLP of 4h; the MLP's share scales with ffn/h,
-        and SwiGLU keeps 3 ffn-wide tensors where GELU keeps 2. selective: the attention-score
-        term 5·a·s²·b is recomputed (flash attention never stores it either). full: only the
-        layer input, 2·s·b·h.
+        none: s·b·h·(34 + 5·a·s/h) for a GELU MLP of 4h; with tensor parallelism t (no sequence
+        parallelism) s·b·h·(10 + 24/t + 5·a·s/(h·t)). The 10 are replicated on every TP rank (two
+        norm inputs 4, attention and MLP inputs 2 + 2, two dropout masks 1 + 1); the 24 are split
+        (Q, K, V 6, attention-output input 2, the ffn-wide tensors 2 x 8). The ffn-wide share
+        scales with ffn/h; SwiGLU keeps 3 ffn-wide tensors where GELU keeps 2. selective: the
+        attention-score term 5·a·s²·b is recomputed (flash attention never stores it either).
+        full: only the layer input, 2·s·b·h.
         """
         s, b, h, a = self.seq, micro_batch, self.hidden, self.heads
         if recompute == "full":
@@ -114,7 +117,7 @@ class ModelSpec:
         if recompute not in ("none", "selective"):
             raise SimparError(f"--recompute: must be none, selective or full, got {recompute!r}")
         ffn_tensors = 3 if self.activation == "swiglu" else 2
-        # attention 11 sbh, two norms 4 sbh, MLP input 2 + dropout mask 1, ffn-wide tensors 2 bytes each
-        per_token = 11 + 4 + 3 + ffn_tensors * 2 * self.ffn / h
+        replicated = 10.0
+        split = 8 + ffn_tensors * 2 * self.ffn / h
         scores = 0.0 if (recompute == "selective" or flash_attention) else 5.0 * a * s / h
-        return s * b * h * (per_token + scores)
+        return s * b * h * (replicated + (split + scores) / tp)

@@ -1,0 +1,142 @@
+"""``simpar run``: simulate one training step of a strategy and show where the time and memory go."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from simpar import units
+from simpar.cli import add_json_flag, write_json
+from simpar.models import model
+from simpar.scenario import (
+    RECOMPUTE,
+    SCHEDULES,
+    STRATEGY_NAMES,
+    Scenario,
+    make_scenario,
+)
+from simpar.sim import PARTS, SimResult, simulate
+from simpar.topologies import PRESETS as TOPOLOGIES
+from simpar.train import OPTIMIZERS, PRECISIONS
+
+
+def register(sub) -> None:
+    p = sub.add_parser("run", help="simulate one training step of a strategy",
+                       description="Simulate one training step: step time with a breakdown (compute, exposed "
+                                   "communication, pipeline bubble, offload), traffic and memory per rank. "
+                                   "Every flag has a default, so a bare 'simpar run' works.")
+    p.add_argument("--strategy", default="ddp", help=f"one of {', '.join(STRATEGY_NAMES)} (default ddp)")
+    p.add_argument("--gpus", default="8", help="number of GPUs (default 8)")
+    p.add_argument("--model", default="gpt2", help="model preset, see 'simpar models' (default gpt2)")
+    p.add_argument("--topology", default="dgx-a100", help=f"one of {', '.join(TOPOLOGIES)} (default dgx-a100)")
+    p.add_argument("--bandwidth", help="link bandwidth for the ring/star topologies, e.g. 100GB/s")
+    p.add_argument("--latency", help="per-hop latency for the ring/star topologies, in seconds")
+    p.add_argument("--micro-batch", default="1", help="sequences per micro-batch per rank (default 1)")
+    p.add_argument("--global-batch", help="sequences per step (default micro-batch x dp x micro-batches)")
+    p.add_argument("--microbatches", help="micro-batches per step per rank: gradient accumulation, or the "
+                                          "pipeline's m (default 1; 4 x pp with a pipeline)")
+    p.add_argument("--precision", default="bf16-mixed", help=f"one of {', '.join(PRECISIONS)}")
+    p.add_argument("--optimizer", default="adam", help=f"one of {', '.join(OPTIMIZERS)}")
+    p.add_argument("--dp", help="data-parallel degree (pp/tp/3d; default: what the other degrees leave)")
+    p.add_argument("--pp", help="pipeline stages (default: all GPUs for --strategy pp, else 1)")
+    p.add_argument("--tp", help="tensor-parallel degree (default: all GPUs for --strategy tp, else 1)")
+    p.add_argument("--schedule", default="1f1b", help=f"pipeline schedule: {', '.join(SCHEDULES)} (default 1f1b)")
+    p.add_argument("--virtual-stages", default="1", help="model chunks per rank, interleaved schedule (default 1)")
+    p.add_argument("--algo", help="collective algorithm for data-parallel traffic: ring, ps, tree, hierarchical "
+                                  "(default ring; dp is always ps)")
+    p.add_argument("--bucket", default="25MiB", help="DDP / ZeRO gradient bucket size (default 25MiB)")
+    p.add_argument("--prefetch", default="1", help="ZeRO-3: units gathered ahead of compute (default 1)")
+    p.add_argument("--recompute", default="none", help=f"activation recomputation: {', '.join(RECOMPUTE)}")
+    p.add_argument("--flash-attention", action="store_true", help="attention scores are never stored")
+    p.add_argument("--no-replay", action="store_true",
+                   help="simulate every collective in full, even when a recorded one could be replayed")
+    add_json_flag(p, "{scenario, sim}")
+    p.set_defaults(handler=run)
+
+
+def _optional_int(value, flag):
+    return None if value is None else units.positive_int(value, flag)
+
+
+def scenario_from_args(args) -> Scenario:
+    return make_scenario(
+        model(args.model), args.strategy, units.positive_int(args.gpus, "--gpus"), topology=args.topology,
+        micro_batch=units.positive_int(args.micro_batch, "--micro-batch"),
+        global_batch=_optional_int(args.global_batch, "--global-batch"),
+        microbatches=_optional_int(args.microbatches, "--microbatches"),
+        precision=args.precision, optimizer=args.optimizer,
+        dp=_optional_int(args.dp, "--dp"), pp=_optional_int(args.pp, "--pp"), tp=_optional_int(args.tp, "--tp"),
+        bandwidth=None if args.bandwidth is None else units.positive(args.bandwidth, "--bandwidth"),
+        latency=None if args.latency is None else units.non_negative(args.latency, "--latency"),
+        algo=args.algo.strip().lower() if args.algo else None,
+        bucket_bytes=units.whole_bytes(args.bucket, "--bucket"),
+        prefetch=units.positive_int(args.prefetch, "--prefetch", minimum=0),
+        schedule=args.schedule.strip().lower(),
+        virtual_stages=units.positive_int(args.virtual_stages, "--virtual-stages"),
+        recompute=args.recompute.strip().lower(), flash_attention=args.flash_attention)
+
+
+def scenario_json(scenario: Scenario) -> dict:
+    return {"model": scenario.model.name, "params": scenario.model.params, "train": asdict(scenario.train),
+            "strategy": asdict(scenario.strategy), "cluster": asdict(scenario.cluster),
+            "microbatches": scenario.microbatches}
+
+
+def run(args) -> int:
+    scenario = scenario_from_args(args)
+    result = simulate(scenario, replay=not args.no_replay)
+    if args.json and write_json({"scenario": scenario_json(scenario), "sim": result.to_json()}, args.json):
+        return 0
+    print_result(scenario, result)
+    return 0
+
+
+def print_result(scenario: Scenario, result: SimResult) -> None:
+    s, t, c = scenario.strategy, scenario.train, scenario.cluster
+    tokens = t.global_batch * scenario.model.seq
+    print(f"{s.name} on {c.gpus} GPUs ({c.topology}): {scenario.model.name}, {t.precision}, {t.optimizer}")
+    print(f"  layout dp {s.dp} x pp {s.pp} x tp {s.tp}; global batch {t.global_batch} = micro-batch "
+          f"{t.micro_batch} x dp {s.dp} x {scenario.microbatches} micro-batch(es)")
+    print(f"\nstep time {units.human_time(result.step_time_s)}  "
+          f"({t.global_batch / result.step_time_s:,.1f} samples/s, {tokens / result.step_time_s:,.0f} tokens/s)")
+    for part in PARTS:
+        seconds = result.breakdown[part]
+        if seconds > 0 or part == "compute":
+            print(f"  {part:<14}{units.human_time(seconds):>12}  {100 * seconds / result.step_time_s:5.1f} %")
+    print("\nper rank (identical ranks grouped; memory is the peak of each category):")
+    header = ("ranks", "sent", "received", "offload", "params", "grads", "optimizer", "activations", "buffers",
+              "peak")
+    print("  " + "".join(f"{h:>12}" for h in header))
+    for label, row in _grouped(result.ranks):
+        m = row["memory"]
+        cells = [row["bytes_sent"], row["bytes_received"], row["offload_bytes"], m["params"], m["grads"],
+                 m["optimizer"], m["activations"], m["buffers"], m["peak"]]
+        print(f"  {label:>12}" + "".join(f"{units.human_bytes(v):>12}" for v in cells))
+    host = max(r["memory"]["host"] for r in result.ranks)
+    nvme = max(r["memory"]["nvme"] for r in result.ranks)
+    if host or nvme:
+        print(f"  per rank off the GPU: host {units.human_bytes(host)}, NVMe {units.human_bytes(nvme)}")
+    if result.server:
+        print(f"  server: sent {units.human_bytes(result.server['bytes_sent'])}, "
+              f"received {units.human_bytes(result.server['bytes_received'])}")
+    if result.links:
+        print("\nbusiest links:")
+        for link in result.links[:4]:
+            print(f"  {link['name']:<36}{link['kind']:<8}{units.human_bytes(link['bytes']):>12}")
+    for note in result.notes:
+        print(f"note: {note}")
+
+
+def _grouped(ranks: list[dict]):
+    """Consecutive ranks with identical numbers collapse into one row labelled with their range."""
+    def key(r):
+        return (r["bytes_sent"], r["bytes_received"], r["offload_bytes"], tuple(r["memory"].values()))
+    groups: list[list[dict]] = []
+    for r in ranks:
+        if groups and key(groups[-1][-1]) == key(r) and groups[-1][-1]["rank"] + 1 == r["rank"]:
+            groups[-1].append(r)
+        else:
+            groups.append([r])
+    for g in groups:
+        label = str(g[0]["rank"]) if len(g) == 1 else f"{g[0]['rank']}-{g[-1]['rank']}"
+        yield label, g[0]
+

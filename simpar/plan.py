@@ -1,0 +1,186 @@
+"""The Plan: what every rank does in one training step, as semantic ops on named streams.
+
+One Plan is consumed by both the simulator (which prices it) and the reference executor (which
+performs it), so ops say *what* happens ("all-gather the parameters of unit 3 across the
+data-parallel group"), never how long it takes.
+
+Ranks that do exactly the same work (every rank of plain data parallelism, every rank of one
+pipeline stage) share one ``Program``: the simulator then runs that program once and performs
+its collectives for all of its ranks' groups at once, which is how 1,000-GPU steps stay fast.
+
+Streams run their ops in order; an op also waits for its ``deps`` (ops of the same program on
+other streams). Streams: ``compute`` (the GPU's kernels), ``comm`` (collectives), ``send`` and
+``recv`` (pipeline point-to-point; receives wait apart so they never hold up a send), ``copy``
+(PCIe/NVMe copies of offload), ``host`` (the CPU's optimizer step). Alloc/Free take no time; they mark memory per category on a rank.
+
+Model *units*: 0 is the embedding, 1..L the transformer layers, L+1 the final norm and the
+output head. Strategies split, shard and gather parameters unit by unit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+STREAMS = ("compute", "comm", "send", "recv", "copy", "host")
+CATEGORIES = ("params", "grads", "optimizer", "activations", "buffers", "temporaries")
+GROUPS = ("dp", "tp", "pp")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Op:
+    id: int
+    stream: str
+    deps: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Compute(Op):
+    """Kernels of one unit: ``phase`` fwd, bwd (recomputation included) or step (optimizer).
+
+    ``flops`` and ``bytes`` (memory traffic) let the simulator price it as a roofline; a step on
+    the host is priced by the parameters it updates."""
+
+    phase: str
+    unit: int = -1  # -1: every unit this rank holds (the optimizer step)
+    microbatch: int = 0
+    flops: float = 0.0
+    bytes: float = 0.0
+    params: int = 0  # parameters updated, for phase "step"
+    device: str = "gpu"  # gpu | host
+
+
+@dataclass(frozen=True, kw_only=True)
+class Collective(Op):
+    """A collective over the rank's ``group`` (dp, tp or pp); ``payload`` names what moves."""
+
+    op: str  # allreduce | reducescatter | allgather | broadcast | reduce
+    group: str
+    nbytes: int
+    algo: str | None = None
+    payload: str = ""
+    units: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Send(Op):
+    """Point-to-point to the next or previous pipeline stage (same dp and tp index)."""
+
+    peer: str  # next | prev
+    nbytes: int
+    tag: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Recv(Op):
+    peer: str
+    nbytes: int
+    tag: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Copy(Op):
+    """Bytes between memories of the rank's machine: gpu, host (DRAM) or nvme."""
+
+    src: str
+    dst: str
+    nbytes: int
+    payload: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Alloc(Op):
+    category: str
+    nbytes: int
+    memory: str = "gpu"  # gpu | host | nvme
+    payload: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Free(Op):
+    category: str
+    nbytes: int
+    memory: str = "gpu"
+    payload: str = ""
+
+
+@dataclass
+class Program:
+    """The ops of a set of identical ranks. ``add`` appends an op and returns its id."""
+
+    ranks: tuple[int, ...]
+    name: str = ""
+    ops: list[Op] = field(default_factory=list)
+
+    def add(self, cls, stream: str, deps=(), **fields) -> int:
+        op_id = len(self.ops)
+        self.ops.append(cls(id=op_id, stream=stream, deps=tuple(d for d in deps if d is not None), **fields))
+        return op_id
+
+    def alloc(self, stream: str, category: str, nbytes: float, memory: str = "gpu", payload: str = "",
+              deps=()) -> int:
+        return self.add(Alloc, stream, deps, category=category, nbytes=int(nbytes), memory=memory, payload=payload)
+
+    def free(self, stream: str, category: str, nbytes: float, memory: str = "gpu", payload: str = "",
+             deps=()) -> int:
+        return self.add(Free, stream, deps, category=category, nbytes=int(nbytes), memory=memory, payload=payload)
+
+    def stream(self, name: str) -> Iterator[Op]:
+        return (op for op in self.ops if op.stream == name)
+
+
+@dataclass(frozen=True)
+class Grid:
+    """Ranks laid out as pp x dp x tp, tensor-parallel fastest (so a TP group shares a node, as
+    Megatron places it), then data-parallel, then pipeline stage."""
+
+    dp: int = 1
+    pp: int = 1
+    tp: int = 1
+
+    @property
+    def world(self) -> int:
+        return self.dp * self.pp * self.tp
+
+    def coords(self, rank: int) -> tuple[int, int, int]:
+        """(pp stage, dp index, tp index) of a rank."""
+        stage, rest = divmod(rank, self.dp * self.tp)
+        return stage, rest // self.tp, rest % self.tp
+
+    def rank(self, stage: int, dp_index: int, tp_index: int) -> int:
+        return stage * self.dp * self.tp + dp_index * self.tp + tp_index
+
+    def group(self, rank: int, kind: str) -> tuple[int, ...]:
+        """The ranks of ``rank``'s dp, tp or pp group, in group order."""
+        stage, d, t = self.coords(rank)
+        if kind == "dp":
+            return tuple(self.rank(stage, i, t) for i in range(self.dp))
+        if kind == "tp":
+            return tuple(self.rank(stage, d, i) for i in range(self.tp))
+        if kind == "pp":
+            return tuple(self.rank(s, d, t) for s in range(self.pp))
+        raise ValueError(f"unknown group kind {kind!r}")
+
+    def peer(self, rank: int, direction: str) -> int:
+        """The same (dp, tp) position on the next or previous stage (wrapping, for interleaving)."""
+        stage, d, t = self.coords(rank)
+        step = 1 if direction == "next" else -1
+        return self.rank((stage + step) % self.pp, d, t)
+
+
+@dataclass
+class Plan:
+    strategy: str
+    grid: Grid
+    programs: list[Program]
+    notes: list[str] = field(default_factory=list)  # modelling choices worth telling the user
+
+    def program_of(self, rank: int) -> Program:
+        for program in self.programs:
+            if rank in program.ranks:
+                return program
+        raise ValueError(f"rank {rank} is in no program")
+
+    def groups(self, program: Program, kind: str) -> list[tuple[int, ...]]:
+        """The distinct groups of ``kind`` that the program's ranks belong to."""
+        return sorted({self.grid.group(r, kind) for r in program.ranks})

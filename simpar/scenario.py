@@ -1,0 +1,144 @@
+"""A Scenario: model, training, strategy and cluster, validated once so every builder can trust it.
+
+``make_scenario`` resolves the parallel layout (which of dp, pp, tp the user gave, and what the
+rest must be) and rejects impossible ones with one message naming the flag to change.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from simpar.errors import SimparError
+from simpar.models import ModelSpec
+from simpar.train import TrainSpec
+
+DATA_PARALLEL = ("dp", "ddp", "zero1", "zero2", "zero3", "zero2-offload", "zero3-offload", "zero3-infinity")
+MODEL_PARALLEL = ("pp", "tp", "3d")
+STRATEGY_NAMES = DATA_PARALLEL + MODEL_PARALLEL
+SCHEDULES = ("gpipe", "1f1b", "interleaved")
+RECOMPUTE = ("none", "selective", "full")
+
+
+@dataclass(frozen=True)
+class StrategySpec:
+    name: str = "ddp"
+    dp: int = 1
+    pp: int = 1
+    tp: int = 1
+    algo: str | None = None  # collective algorithm for data-parallel traffic; None: ring
+    bucket_bytes: int = 25 * 2**20  # DDP / ZeRO gradient bucket
+    prefetch: int = 1  # ZeRO-3: units gathered ahead of the one computing
+    schedule: str = "1f1b"
+    virtual_stages: int = 1  # interleaved pipeline: model chunks per rank
+    recompute: str = "none"
+    flash_attention: bool = False
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    topology: str = "dgx-a100"
+    gpus: int = 8
+    bandwidth: float | None = None  # ring / star links only
+    latency: float | None = None
+
+
+@dataclass(frozen=True)
+class Scenario:
+    model: ModelSpec
+    train: TrainSpec
+    strategy: StrategySpec
+    cluster: ClusterSpec = field(default_factory=ClusterSpec)
+
+    @property
+    def microbatches(self) -> int:
+        """Micro-batches per rank per step: gradient accumulation, or the pipeline's m."""
+        return self.train.grad_accumulation(self.strategy.dp)
+
+
+def resolve_degrees(name: str, gpus: int, dp: int | None, pp: int | None, tp: int | None) -> tuple[int, int, int]:
+    """Fill in the degrees the user left out so that dp * pp * tp = gpus."""
+    if name in DATA_PARALLEL:
+        for flag, value in (("--pp", pp), ("--tp", tp)):
+            if value not in (None, 1):
+                raise SimparError(f"{flag}: strategy {name} is data-parallel only; use --strategy 3d "
+                                  f"(or pp / tp) to combine parallelisms")
+        if dp not in (None, gpus):
+            raise SimparError(f"--dp: strategy {name} uses every GPU for data parallelism "
+                              f"(--dp {gpus}), got {dp}")
+        return gpus, 1, 1
+    given = {"dp": dp, "pp": pp, "tp": tp}
+    # Which degree absorbs the remaining GPUs when left out: the strategy's own one, else dp.
+    free = {"pp": "pp", "tp": "tp", "3d": "dp"}[name]
+    if given[free] is not None:
+        free = next((k for k in ("dp", "pp", "tp") if given[k] is None), None)
+    known = {k: (v if v is not None else 1) for k, v in given.items()}
+    for key, value in known.items():
+        if value < 1:
+            raise SimparError(f"--{key}: must be at least 1, got {value}")
+    if free is not None:
+        others = 1
+        for key in ("dp", "pp", "tp"):
+            if key != free:
+                others *= known[key]
+        if gpus % others:
+            raise SimparError(f"--gpus: {gpus} GPUs are not divisible by the given degrees "
+                              f"({' x '.join(f'{k} {known[k]}' for k in known if k != free)} = {others})")
+        known[free] = gpus // others
+    product = known["dp"] * known["pp"] * known["tp"]
+    if product != gpus:
+        raise SimparError(f"--gpus: {gpus} GPUs do not match dp {known['dp']} x pp {known['pp']} x "
+                          f"tp {known['tp']} = {product}")
+    return known["dp"], known["pp"], known["tp"]
+
+
+def make_scenario(model: ModelSpec, strategy: str = "ddp", gpus: int = 8, *, topology: str = "dgx-a100",
+                  micro_batch: int = 1, global_batch: int | None = None, microbatches: int | None = None,
+                  precision: str = "bf16-mixed", optimizer: str = "adam", dp: int | None = None,
+                  pp: int | None = None, tp: int | None = None, bandwidth: float | None = None,
+                  latency: float | None = None, **options) -> Scenario:
+    """Build and validate a Scenario; ``options`` are further StrategySpec fields."""
+    name = strategy.strip().lower()
+    if name not in STRATEGY_NAMES:
+        raise SimparError(f"--strategy: unknown {strategy!r}; choose from {', '.join(STRATEGY_NAMES)}")
+    if gpus < 1:
+        raise SimparError(f"--gpus: must be at least 1, got {gpus}")
+    dp, pp, tp = resolve_degrees(name, gpus, dp, pp, tp)
+    spec = StrategySpec(name=name, dp=dp, pp=pp, tp=tp, **options)
+    _check_model_split(model, spec)
+    if microbatches is not None and microbatches < 1:
+        raise SimparError(f"--microbatches: must be at least 1, got {microbatches}")
+    if global_batch is None:
+        global_batch = micro_batch * dp * (microbatches or (4 * pp if pp > 1 else 1))
+    elif microbatches is not None and global_batch != micro_batch * dp * microbatches:
+        raise SimparError(f"--global-batch: {global_batch} disagrees with micro-batch {micro_batch} x dp {dp} x "
+                          f"microbatches {microbatches} = {micro_batch * dp * microbatches}; give one of them")
+    train = TrainSpec(global_batch=global_batch, micro_batch=micro_batch, precision=precision, optimizer=optimizer)
+    scenario = Scenario(model, train, spec, ClusterSpec(topology, gpus, bandwidth, latency))
+    m = scenario.microbatches  # checks that the batch splits evenly
+    if spec.schedule == "interleaved" and pp > 1 and m % pp:
+        raise SimparError(f"--microbatches: the interleaved schedule needs micro-batches ({m}) to be a "
+                          f"multiple of pp ({pp})")
+    return scenario
+
+
+def _check_model_split(model: ModelSpec, spec: StrategySpec) -> None:
+    if spec.schedule not in SCHEDULES:
+        raise SimparError(f"--schedule: must be one of {', '.join(SCHEDULES)}, got {spec.schedule!r}")
+    if spec.recompute not in RECOMPUTE:
+        raise SimparError(f"--recompute: must be one of {', '.join(RECOMPUTE)}, got {spec.recompute!r}")
+    if spec.virtual_stages < 1:
+        raise SimparError(f"--virtual-stages: must be at least 1, got {spec.virtual_stages}")
+    if spec.virtual_stages > 1 and spec.schedule != "interleaved":
+        raise SimparError("--virtual-stages: only the interleaved schedule has virtual stages "
+                          "(add --schedule interleaved)")
+    if spec.prefetch < 0:
+        raise SimparError(f"--prefetch: must be 0 or more, got {spec.prefetch}")
+    if spec.bucket_bytes < 1:
+        raise SimparError(f"--bucket: must be positive, got {spec.bucket_bytes}")
+    chunks = spec.pp * spec.virtual_stages
+    if model.layers % chunks:
+        raise SimparError(f"--pp: {model.name} has {model.layers} layers, which do not split evenly over "
+                          f"pp {spec.pp} x virtual stages {spec.virtual_stages} = {chunks}")
+    for what, count in (("heads", model.heads), ("kv heads", model.n_kv_heads), ("ffn size", model.ffn)):
+        if count % spec.tp:
+            raise SimparError(f"--tp: {model.name} has {count} {what}, not divisible by tp {spec.tp}")

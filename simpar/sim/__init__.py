@@ -1,0 +1,72 @@
+"""The simulator: build a Scenario's Plan, check it fits in memory, price it, report per rank."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from simpar import topologies
+from simpar.plan import Plan
+from simpar.scenario import Scenario
+from simpar.sim.breakdown import PARTS, program_breakdown
+from simpar.sim.memory_check import check_memory
+from simpar.sim.runner import Simulator
+from simpar.strategies import build_plan
+from simpar.topologies.graph import Topology
+
+
+@dataclass
+class SimResult:
+    step_time_s: float
+    breakdown: dict[str, float]  # seconds, averaged over ranks; adds up to step_time_s
+    ranks: list[dict]
+    links: list[dict]
+    server: dict | None = None
+    notes: list[str] = field(default_factory=list)
+    memory_timeline: list[dict] = field(default_factory=list)  # per program: [(time, GPU bytes)]
+
+    def to_json(self, timeline: bool = False) -> dict:
+        data = {"step_time_s": self.step_time_s, "breakdown": self.breakdown, "ranks": self.ranks,
+                "links": self.links, "notes": self.notes}
+        if self.server is not None:
+            data["server"] = self.server
+        if timeline:
+            data["memory_timeline"] = self.memory_timeline
+        return data
+
+
+def build_topology(scenario: Scenario) -> Topology:
+    cluster = scenario.cluster
+    return topologies.build(cluster.topology, cluster.gpus, cluster.bandwidth, cluster.latency)
+
+
+def simulate(scenario: Scenario, topology: Topology | None = None, plan: Plan | None = None,
+             replay: bool = True, check_oom: bool = True) -> SimResult:
+    """Simulate one training step. Raises SimparError (naming rank and category) on OOM."""
+    topology = topology or build_topology(scenario)
+    plan = plan or build_plan(scenario)
+    gpu = topology.graph.nodes[topology.gpus[0]]["spec"]
+    if check_oom:
+        check_memory(scenario, plan, gpu, topology)
+    sim = Simulator(plan, scenario, topology, replay=replay)
+    step_time = sim.run()
+    if check_oom:  # streams may overlap allocations more than program order suggests
+        check_memory(scenario, plan, gpu, topology, trackers=sim.memory)
+    ranks, totals = [], dict.fromkeys(PARTS, 0.0)
+    for pi, prog in enumerate(plan.programs):
+        parts = program_breakdown(sim, pi, step_time)
+        memory = sim.memory[pi].report()
+        for rank in prog.ranks:
+            node = topology.gpus[rank]
+            ranks.append({"rank": rank, "program": prog.name, "bytes_sent": int(sim.sent[node]),
+                          "bytes_received": int(sim.received[node]), "offload_bytes": int(sim.copied[rank]),
+                          "memory": memory, "breakdown": parts})
+            for part in PARTS:
+                totals[part] += parts[part] / plan.grid.world
+    ranks.sort(key=lambda r: r["rank"])
+    server = None
+    if topology.server is not None and (sim.sent[topology.server] or sim.received[topology.server]):
+        server = {"bytes_sent": int(sim.sent[topology.server]), "bytes_received": int(sim.received[topology.server])}
+    links = [{"name": name, "kind": kind, "bytes": b} for name, kind, b in sim.network.busiest_channels()]
+    timeline = [{"program": prog.name, "ranks": list(prog.ranks), "points": sim.memory[pi].timeline}
+                for pi, prog in enumerate(plan.programs)]
+    return SimResult(step_time, totals, ranks, links, server, list(plan.notes), timeline)

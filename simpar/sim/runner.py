@@ -1,0 +1,218 @@
+"""Price a Plan on a topology with SimPy: one process per (program, stream).
+
+Compute is a roofline on the GPU (FLOPs at the achievable rate for the precision, or HBM bytes,
+whichever takes longer); the CPU's optimizer step runs at the host's Adam rate shared by the
+ranks on that machine; collectives expand through their algorithm into transfers on the shared
+network; copies and pipeline sends are transfers between the rank's GPU, host memory and NVMe.
+
+Speed at 1,000+ GPUs: a Program stands for all its identical ranks, so each collective is issued
+once for all of their groups at once. When exactly one stream of the whole Plan uses the network
+(plain data parallelism, ZeRO, tensor parallelism without a pipeline), nothing can contend with a
+collective, so a collective that was already simulated with the same groups and size is replayed
+from its recorded duration and traffic instead of being simulated again.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+
+import numpy as np
+import simpy
+
+from simpar.collectives import collective, expand
+from simpar.collectives.schedule import drop_empty, merge_phases
+from simpar.engine import Network
+from simpar.errors import SimparError
+from simpar.plan import (
+    STREAMS,
+    Alloc,
+    Collective,
+    Compute,
+    Copy,
+    Free,
+    Plan,
+    Recv,
+    Send,
+)
+from simpar.scenario import Scenario
+from simpar.sim.tracker import MemoryTracker
+from simpar.topologies.graph import Topology
+
+COMPUTE_DTYPE = {"bf16-mixed": "bf16", "fp16-mixed": "fp16", "fp32": "fp32"}
+NETWORK_OPS = (Collective, Send, Copy)
+
+
+class _CollectiveEntry:
+    """A collective expanded once: its phases, traffic per node, and (replayable) cost."""
+
+    def __init__(self, phases):
+        self.phases = phases
+        self.sent: Counter = Counter()
+        self.received: Counter = Counter()
+        for phase in phases:
+            for t in phase.transfers:
+                self.sent[t.src] += t.nbytes
+                self.received[t.dst] += t.nbytes
+        self.calls = 0
+        self.replays = 0
+        self.duration: float | None = None
+        self.channel_bytes: np.ndarray | None = None
+
+
+class Simulator:
+    def __init__(self, plan: Plan, scenario: Scenario, topology: Topology, replay: bool = True):
+        if len(topology.gpus) < plan.grid.world:
+            raise SimparError(f"--gpus: the plan needs {plan.grid.world} GPUs, topology has {len(topology.gpus)}")
+        self.plan, self.scenario, self.topology = plan, scenario, topology
+        self.env = simpy.Environment()
+        self.network = Network(self.env, topology)
+        gpu = topology.graph.nodes[topology.gpus[0]]["spec"]
+        dtype = COMPUTE_DTYPE[scenario.train.precision]
+        if getattr(gpu, f"{dtype}_flops") is None:
+            raise SimparError(f"--precision: {gpu.name} has no fast {dtype}; use fp16-mixed or fp32")
+        self.gpu = gpu
+        self.flops_rate = gpu.flops(dtype)
+        self._machines = self._machine_nodes()
+        self.done = [[self.env.event() for _ in prog.ops] for prog in plan.programs]
+        self.times: list[list[tuple[float, float, float] | None]] = [[None] * len(p.ops) for p in plan.programs]
+        self.memory = [MemoryTracker() for _ in plan.programs]
+        self.sent: Counter = Counter()  # node -> bytes of collectives and pipeline sends
+        self.received: Counter = Counter()
+        self.copied: Counter = Counter()  # rank -> bytes of offload copies (both ways)
+        self._entries: dict = {}
+        self._groups: dict = {}
+        self._arrivals: dict[str, simpy.Event] = {}
+        self.send_issued: dict[str, float] = {}
+        users = {(i, op.stream) for i, p in enumerate(plan.programs) for op in p.ops if isinstance(op, NETWORK_OPS)}
+        self.replay = replay and len(users) <= 1
+
+    def _machine_nodes(self) -> dict:
+        nodes: dict = defaultdict(dict)
+        for name, data in self.topology.graph.nodes(data=True):
+            if data["kind"] in ("host", "nvme"):
+                nodes[data["machine"]][data["kind"]] = name
+        ranks = Counter(self.topology.machine(g) for g in self.topology.gpus[:self.plan.grid.world])
+        for machine, count in ranks.items():
+            nodes[machine]["ranks"] = count
+        return nodes
+
+    def run(self) -> float:
+        for pi, prog in enumerate(self.plan.programs):
+            for stream in STREAMS:
+                ops = [op for op in prog.ops if op.stream == stream]
+                if ops:
+                    self.env.process(self._stream(pi, ops))
+        self.env.run()
+        for pi, prog in enumerate(self.plan.programs):
+            stuck = [op for op in prog.ops if not self.done[pi][op.id].triggered]
+            if stuck:
+                raise RuntimeError(f"plan deadlocked: {prog.name} op {stuck[0]} never ran")
+        for entry in self._entries.values():  # traffic of every call, counted once per kind
+            for node, nbytes in entry.sent.items():
+                self.sent[node] += nbytes * entry.calls
+            for node, nbytes in entry.received.items():
+                self.received[node] += nbytes * entry.calls
+            if entry.replays and entry.channel_bytes is not None:
+                self.network.channel_bytes += entry.replays * entry.channel_bytes
+        return float(self.env.now)
+
+    def _stream(self, pi: int, ops):
+        done, times = self.done[pi], self.times[pi]
+        for op in ops:
+            ready = self.env.now
+            waits = [done[d] for d in op.deps if not done[d].processed]
+            if waits:
+                yield self.env.all_of(waits)
+            start = self.env.now
+            action = self._perform(pi, op)
+            if action is not None:
+                yield action
+            times[op.id] = (ready, start, self.env.now)
+            done[op.id].succeed()
+
+    def _perform(self, pi: int, op):
+        prog = self.plan.programs[pi]
+        if isinstance(op, (Alloc, Free)):
+            self.memory[pi].apply(op, self.env.now)
+            return None
+        if isinstance(op, Compute):
+            return self.env.timeout(self.compute_time(prog, op))
+        if isinstance(op, Collective):
+            return self._collective(pi, op)
+        if isinstance(op, Send):
+            return self._send(prog, op)
+        if isinstance(op, Recv):
+            return self._arrival(op.tag)
+        if isinstance(op, Copy):
+            return self._copy(prog, op)
+        raise TypeError(f"unknown op {op!r}")
+
+    def compute_time(self, prog, op: Compute) -> float:
+        if op.device == "host":
+            machine = self._machines[self.topology.machine(self.topology.gpus[prog.ranks[0]])]
+            host = self.topology.graph.nodes[self._host_node(machine, "host")]["spec"]
+            return op.params * machine["ranks"] / host.adam_params_per_s  # the host's cores are shared
+        return max(op.flops / self.flops_rate, op.bytes / self.gpu.memory_bandwidth)
+
+    def _host_node(self, machine: dict, kind: str) -> str:
+        if kind not in machine:
+            raise SimparError(f"--topology: {self.topology.name} has no {kind} memory for "
+                              f"{self.plan.strategy} to offload to; use pcie, workstation or dgx-*")
+        return machine[kind]
+
+    def _node(self, rank: int, memory: str) -> str:
+        gpu = self.topology.gpus[rank]
+        if memory == "gpu":
+            return gpu
+        return self._host_node(self._machines[self.topology.machine(gpu)], memory)
+
+    def _collective(self, pi: int, op: Collective):
+        if (pi, op.group) not in self._groups:
+            self._groups[(pi, op.group)] = tuple(self.plan.groups(self.plan.programs[pi], op.group))
+        groups = self._groups[(pi, op.group)]
+        if len(groups[0]) < 2:
+            return None
+        key = (op.op, op.algo, pi, op.group, op.nbytes)
+        entry = self._entries.get(key)
+        if entry is None:
+            gpus = self.topology.gpus
+            phases = merge_phases(*(expand(op.op, op.algo, self.topology, [gpus[r] for r in g], op.nbytes)
+                                    for g in groups))
+            entry = self._entries[key] = _CollectiveEntry(drop_empty(phases))
+        entry.calls += 1
+        if self.replay and entry.duration is not None:
+            entry.replays += 1
+            return self.env.timeout(entry.duration)
+        start, before = self.env.now, self.network.channel_bytes.copy()
+        process = collective(self.network, entry.phases, f"{op.payload} ")
+        if self.replay:
+            def record(_, entry=entry):
+                entry.duration = self.env.now - start
+                entry.channel_bytes = self.network.channel_bytes - before
+            process.callbacks.append(record)
+        return process
+
+    def _send(self, prog, op: Send):
+        transfers = []
+        for rank in prog.ranks:
+            src, dst = self.topology.gpus[rank], self.topology.gpus[self.plan.grid.peer(rank, op.peer)]
+            transfers.append((src, dst, op.nbytes, 1))
+            self.sent[src] += op.nbytes
+            self.received[dst] += op.nbytes
+        self.send_issued[op.tag] = self.env.now
+        event = self.network.transfer_all(transfers, f"{op.tag} ")
+        arrival = self._arrival(op.tag)
+        event.callbacks.append(lambda _: arrival.succeed())
+        return event
+
+    def _arrival(self, tag: str) -> simpy.Event:
+        if tag not in self._arrivals:
+            self._arrivals[tag] = self.env.event()
+        return self._arrivals[tag]
+
+    def _copy(self, prog, op: Copy):
+        transfers = []
+        for rank in prog.ranks:
+            transfers.append((self._node(rank, op.src), self._node(rank, op.dst), op.nbytes, 1))
+            self.copied[rank] += op.nbytes
+        return self.network.transfer_all(transfers, f"copy {op.payload} ")

@@ -1,0 +1,70 @@
+"""ZeRO-Offload and ZeRO-Infinity: the optimizer lives on the CPU (and, for Infinity, the
+parameter and optimizer shards on NVMe), trading GPU memory for PCIe traffic and CPU time.
+
+- zero2-offload: ZeRO-2 on the GPU, but each reduced gradient shard is copied to host memory,
+  the CPU runs Adam on the rank's shard, and the updated 16-bit shard is copied back before the
+  all-gather (Ren et al. 2021).
+- zero3-offload: the same around ZeRO-3 (the GPU keeps a 16-bit parameter shard).
+- zero3-infinity: parameter shards are read from NVMe before every gather; optimizer states are
+  read from NVMe for the step and written back with the new parameters (Rajbhandari et al. 2021).
+"""
+
+from __future__ import annotations
+
+from simpar.plan import Compute, Copy, Grid, Plan, Program
+from simpar.scenario import Scenario
+from simpar.strategies import zero, zero3
+from simpar.strategies.work import Work
+
+
+def _grads_to_host(prog: Program, work: Work, op: int, units: tuple[int, ...], mb: int) -> int:
+    n = len(prog.ranks)
+    return prog.add(Copy, "copy", [op], src="gpu", dst="host", nbytes=work.w * work.params(units) // n,
+                    payload=f"grads of units {units[0]}..{units[-1]} mb{mb}")
+
+
+def _host_step(prog: Program, work: Work, last) -> int:
+    """Adam on the CPU over this rank's shard, then its new 16-bit parameters back to the GPU."""
+    n = len(prog.ranks)
+    phi = work.params(range(work.num_units))
+    step = prog.add(Compute, "host", last, phase="step", params=phi // n, device="host")
+    return prog.add(Copy, "copy", [step], src="host", dst="gpu", nbytes=work.w * phi // n, payload="params")
+
+
+def build_zero2(scenario: Scenario) -> Plan:
+    spec = scenario.strategy
+    work, n = Work(scenario), spec.dp
+    prog = Program(tuple(range(n)), name="all ranks")
+    phi = work.params(range(work.num_units))
+    work.static(prog, work.w * phi, work.w * phi / n, work.k * phi / n, optimizer_memory="host")
+    copies = zero.reduce_gradients(prog, work, scenario, sharded_grads=True, after_reduce=_grads_to_host)
+    zero.gather_parameters(prog, work, spec, _host_step(prog, work, copies))
+    return Plan(spec.name, Grid(dp=n), [prog])
+
+
+def build_zero3(scenario: Scenario) -> Plan:
+    return zero3.build(scenario, after_reduce=_grads_to_host, optimizer_memory="host", step=_host_step)
+
+
+def _params_from_nvme(prog: Program, work: Work, unit: int, mb: int, deps) -> int:
+    return prog.add(Copy, "copy", deps, src="nvme", dst="gpu", nbytes=work.w * work.units[unit].params // len(prog.ranks),
+                    payload=f"params unit{unit} mb{mb}")
+
+
+def _nvme_step(prog: Program, work: Work, last) -> int:
+    """Optimizer states stream in from NVMe, the CPU updates them, both go back out."""
+    n = len(prog.ranks)
+    phi = work.params(range(work.num_units))
+    states = work.k * phi // n
+    prog.alloc("copy", "buffers", states, memory="host", payload="optimizer states from NVMe")
+    read = prog.add(Copy, "copy", last, src="nvme", dst="host", nbytes=states, payload="optimizer states")
+    update = prog.add(Compute, "host", [read], phase="step", params=phi // n, device="host")
+    prog.add(Copy, "copy", [update], src="host", dst="nvme", nbytes=states, payload="optimizer states")
+    done = prog.add(Copy, "copy", [update], src="host", dst="nvme", nbytes=work.w * phi // n, payload="params")
+    prog.free("copy", "buffers", states, memory="host", payload="optimizer states from NVMe")
+    return done
+
+
+def build_infinity(scenario: Scenario) -> Plan:
+    return zero3.build(scenario, before_gather=_params_from_nvme, after_reduce=_grads_to_host,
+                       params_memory="nvme", optimizer_memory="nvme", step=_nvme_step)

@@ -1,0 +1,112 @@
+"""What each model unit costs one rank: parameters, FLOPs, memory traffic, activations.
+
+Shared by every strategy so they differ only in how they shard, gather and schedule.
+Unit 0 is the embedding, 1..L the layers, L+1 the final norm and output head (plan.py).
+With tensor parallelism t, weight matrices are split t ways (the embedding and head along the
+vocabulary, as Megatron does); biases and norms are kept whole on every TP rank.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simpar.plan import Compute, Program
+from simpar.scenario import Scenario
+
+
+@dataclass(frozen=True)
+class UnitWork:
+    params: int  # parameters of this unit held by one TP rank (before any ZeRO sharding)
+    fwd_flops: float
+    bwd_flops: float  # gradients of inputs and weights, plus any recomputation
+    fwd_bytes: float  # HBM traffic, so that small units are priced as memory-bound
+    bwd_bytes: float
+    activations: float  # bytes kept from forward to backward, per micro-batch
+    recompute_temp: float  # bytes rebuilt during backward by recomputation, per micro-batch
+
+
+class Work:
+    """Per-unit costs for a scenario; ``units[u]`` for u in 0..L+1."""
+
+    def __init__(self, scenario: Scenario):
+        model, train, spec = scenario.model, scenario.train, scenario.strategy
+        self.scenario = scenario
+        self.w = train.weight_bytes  # bytes per weight and per gradient element
+        self.k = train.optimizer_bytes
+        self.layers = model.layers
+        b, s, h, t = train.micro_batch, model.seq, model.hidden, spec.tp
+        act_scale = self.w / 2  # Korthikanti's counts assume 16-bit activations
+        token_bytes = s * b * h * self.w  # one hidden-state tensor of the micro-batch
+
+        embedding = UnitWork(model.vocab * h // t + model.positions * h, 0.0, 0.0,
+                             2 * token_bytes, 2 * token_bytes, 0.0, 0.0)
+        kept = model.layer_activation_bytes(b, spec.recompute, spec.flash_attention, t) * act_scale
+        full = model.layer_activation_bytes(b, "none", spec.flash_attention, t) * act_scale
+        fwd = model.layer_forward_flops(b) / t
+        extra = {"none": 0.0, "full": fwd, "selective": 4.0 * b * s * s * h / t}[spec.recompute]
+        layer_params = model.layer_weights() // t + model.layer_params() - model.layer_weights()
+        layer = UnitWork(layer_params, fwd, 2 * fwd + extra, layer_params * self.w + full,
+                         2 * (layer_params * self.w + full), kept, full - kept)
+        head_params = model.head_params() // t + (model.params - model.embedding_params()
+                                                   - model.layers * model.layer_params() - model.head_params())
+        logits = 4.0 * b * s * model.vocab / t  # fp32 logits kept for the cross-entropy backward
+        head_fwd = model.head_forward_flops(b) / t
+        head = UnitWork(head_params, head_fwd, 2 * head_fwd, model.vocab * h // t * self.w + logits,
+                        2 * (model.vocab * h // t * self.w + logits), logits, 0.0)
+        self.units = [embedding] + [layer] * model.layers + [head]
+
+    @property
+    def num_units(self) -> int:
+        return len(self.units)
+
+    def params(self, units) -> int:
+        return sum(self.units[u].params for u in units)
+
+    def forward(self, prog: Program, unit: int, mb: int, deps=()) -> int:
+        """Store the unit's activations for backward and run its forward; returns the compute op."""
+        u = self.units[unit]
+        if u.activations:
+            prog.alloc("compute", "activations", u.activations, payload=f"unit{unit} mb{mb}")
+        return prog.add(Compute, "compute", deps, phase="fwd", unit=unit, microbatch=mb,
+                        flops=u.fwd_flops, bytes=u.fwd_bytes)
+
+    def backward(self, prog: Program, unit: int, mb: int, deps=()) -> int:
+        """Backward of a unit (rebuilding recomputed activations first); frees its activations."""
+        u = self.units[unit]
+        if u.recompute_temp:
+            prog.alloc("compute", "temporaries", u.recompute_temp, payload=f"recompute unit{unit} mb{mb}")
+        op = prog.add(Compute, "compute", deps, phase="bwd", unit=unit, microbatch=mb,
+                      flops=u.bwd_flops, bytes=u.bwd_bytes)
+        if u.recompute_temp:
+            prog.free("compute", "temporaries", u.recompute_temp, payload=f"recompute unit{unit} mb{mb}")
+        if u.activations:
+            prog.free("compute", "activations", u.activations, payload=f"unit{unit} mb{mb}")
+        return op
+
+    def gpu_step(self, prog: Program, params: int, deps=()) -> int:
+        """The optimizer step on the GPU: memory-bound, reading and writing every state once."""
+        return prog.add(Compute, "compute", deps, phase="step", params=params,
+                        bytes=params * (2 * self.w + 2 * self.k))
+
+    def static(self, prog: Program, params: float, grads: float, optimizer: float,
+               optimizer_memory: str = "gpu", params_memory: str = "gpu") -> None:
+        """Model states held for the whole step."""
+        for category, nbytes, memory in (("params", params, params_memory), ("grads", grads, "gpu"),
+                                         ("optimizer", optimizer, optimizer_memory)):
+            if nbytes:
+                prog.alloc("compute", category, nbytes, memory=memory, payload="model states")
+
+
+def buckets(work: Work, units, capacity: int) -> list[tuple[int, ...]]:
+    """Group units (in the order given: backward order) into gradient buckets of at least
+    ``capacity`` bytes, as DDP does; the last bucket takes what is left."""
+    result, current, size = [], [], 0
+    for unit in units:
+        current.append(unit)
+        size += work.units[unit].params * work.w
+        if size >= capacity:
+            result.append(tuple(current))
+            current, size = [], 0
+    if current:
+        result.append(tuple(current))
+    return result

@@ -157,7 +157,7 @@ def test_1f1b_holds_at_most_p_microbatches_where_gpipe_holds_m():
     p, m = 4, 12
     per_microbatch = EVEN.layer_activation_bytes(1) * EVEN.layers // p
     for schedule, held in (("gpipe", lambda s: m), ("1f1b", lambda s: p - s)):
-        plan, sim, _ = pipeline(schedule, m, p=p)
+        _, sim, _ = pipeline(schedule, m, p=p)
         for stage in range(p):
             activations = sim.memory[stage].report()["activations"]
             extra = 4 * EVEN.seq * EVEN.vocab if stage == p - 1 else 0  # the head's logits

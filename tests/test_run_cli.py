@@ -74,3 +74,14 @@ def test_memory_command_json(cli):
     assert result.returncode == 0, result.stderr
     per_gpu = json.loads(result.stdout)["per_gpu"]
     assert per_gpu["params"] + per_gpu["grads"] + per_gpu["optimizer"] == 4 * 7.5e9 + 12 * 7.5e9 / 64
+
+
+def test_memory_timeline_reaches_the_reported_peak(cli):
+    result = cli("run", "--strategy", "zero3", "--gpus", "4", "--model", "small", "--memory-timeline", "--json", "-")
+    assert result.returncode == 0, result.stderr
+    sim = json.loads(result.stdout)["sim"]
+    (program,) = sim["memory_timeline"]
+    times = [t for t, _ in program["points"]]
+    assert times == sorted(times) and times[-1] <= sim["step_time_s"]
+    assert max(b for _, b in program["points"]) == sim["ranks"][0]["memory"]["peak"]
+    assert program["points"][-1][1] == sum(sim["ranks"][0]["memory"][c] for c in ("params", "grads", "optimizer"))

@@ -49,6 +49,8 @@ def register(sub) -> None:
     p.add_argument("--flash-attention", action="store_true", help="attention scores are never stored")
     p.add_argument("--no-replay", action="store_true",
                    help="simulate every collective in full, even when a recorded one could be replayed")
+    p.add_argument("--memory-timeline", action="store_true",
+                   help="add sim.memory_timeline to the JSON: GPU bytes in use over the step, per program")
     add_json_flag(p, "{scenario, sim}")
     p.set_defaults(handler=run)
 
@@ -84,7 +86,8 @@ def scenario_json(scenario: Scenario) -> dict:
 def run(args) -> int:
     scenario = scenario_from_args(args)
     result = simulate(scenario, replay=not args.no_replay)
-    if args.json and write_json({"scenario": scenario_json(scenario), "sim": result.to_json()}, args.json):
+    if args.json and write_json({"scenario": scenario_json(scenario),
+                                "sim": result.to_json(timeline=args.memory_timeline)}, args.json):
         return 0
     print_result(scenario, result)
     return 0

@@ -1,0 +1,99 @@
+"""Collectives performed with explicit point-to-point sends, so the bytes a rank sends are the
+algorithm's bytes, counted where they are sent.
+
+Ring chunk ownership and Worker-Server roles are the ones ``simpar.collectives`` prices, so a
+simulated and a measured run can be compared byte for byte: after a reduce-scatter rank i holds
+the reduced chunk i of ``torch.tensor_split(flat, n)``; in reduce-scatter step k rank i sends
+chunk (i-k-1) mod n to rank i+1; in all-gather step k it sends chunk (i-k) mod n.
+Worker-Server uses the group's first rank as the server (no dedicated server process).
+
+Sends in a ring step are posted non-blocking before the matching receive, so no step can
+deadlock whatever the world size.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import torch
+import torch.distributed as dist
+
+
+class CountingComm:
+    """Point-to-point traffic of one rank, with the byte counters the executor reports."""
+
+    def __init__(self, rank: int):
+        self.rank = rank
+        self.sent = 0
+        self.received = 0
+        self.by_payload: Counter = Counter()
+
+    def _exchange(self, send: torch.Tensor | None, dst: int, recv: torch.Tensor | None, src: int,
+                  payload: str) -> None:
+        request = None
+        if send is not None and send.numel():
+            send = send.contiguous()
+            request = dist.isend(send, dst)
+            nbytes = send.numel() * send.element_size()
+            self.sent += nbytes
+            self.by_payload[payload] += nbytes
+        if recv is not None and recv.numel():
+            dist.recv(recv, src)
+            self.received += recv.numel() * recv.element_size()
+        if request is not None:
+            request.wait()
+
+    def send(self, tensor: torch.Tensor, dst: int, payload: str = "") -> None:
+        self._exchange(tensor, dst, None, -1, payload)
+
+    def recv(self, tensor: torch.Tensor, src: int, payload: str = "") -> None:
+        self._exchange(None, -1, tensor, src, payload)
+
+    # -- ring ---------------------------------------------------------------------------------
+    def ring_reduce_scatter(self, flat: torch.Tensor, group: list[int], payload: str = "") -> torch.Tensor:
+        """Sum ``flat`` over the group; returns this rank's reduced chunk (a copy). ``flat`` is
+        used as scratch: its other chunks hold partial sums afterwards."""
+        n, i = len(group), group.index(self.rank)
+        chunks = list(torch.tensor_split(flat, n))
+        if n == 1:
+            return chunks[0].clone()
+        right, left = group[(i + 1) % n], group[(i - 1) % n]
+        for k in range(n - 1):
+            out, into = (i - k - 1) % n, (i - k - 2) % n
+            incoming = torch.empty_like(chunks[into])
+            self._exchange(chunks[out], right, incoming, left, payload)
+            chunks[into] += incoming
+        return chunks[i].clone()
+
+    def ring_all_gather(self, mine: torch.Tensor, numel: int, group: list[int], payload: str = "") -> torch.Tensor:
+        """Gather every rank's chunk (``mine`` is chunk i of a ``numel``-element tensor)."""
+        n, i = len(group), group.index(self.rank)
+        out = torch.empty(numel, dtype=mine.dtype, device=mine.device)
+        chunks = list(torch.tensor_split(out, n))
+        chunks[i].copy_(mine)
+        right, left = group[(i + 1) % n], group[(i - 1) % n]
+        for k in range(n - 1):
+            self._exchange(chunks[(i - k) % n], right, chunks[(i - k - 1) % n], left, payload)
+        return out
+
+    def ring_all_reduce(self, flat: torch.Tensor, group: list[int], payload: str = "") -> torch.Tensor:
+        mine = self.ring_reduce_scatter(flat, group, payload)
+        return self.ring_all_gather(mine, flat.numel(), group, payload)
+
+    # -- Worker-Server ------------------------------------------------------------------------
+    def ps_all_reduce(self, flat: torch.Tensor, group: list[int], payload: str = "") -> torch.Tensor:
+        """Workers push to the server (the group's first rank), which sums and sends the sum back."""
+        server = group[0]
+        if self.rank != server:
+            self.send(flat, server, payload)
+            result = torch.empty_like(flat)
+            self.recv(result, server, payload)
+            return result
+        total = flat.clone()
+        incoming = torch.empty_like(flat)
+        for worker in group[1:]:  # summed in rank order: the same result on every run
+            self.recv(incoming, worker, payload)
+            total += incoming
+        for worker in group[1:]:
+            self.send(total, worker, payload)
+        return total

@@ -1,0 +1,155 @@
+"""Run one process per rank with torch.distributed, and never leave one behind.
+
+``launch(worker, world, args)`` spawns ``world`` processes (torch.multiprocessing, spawn), each
+joining a process group on a free local port, and calls ``worker(ctx, *args)`` in each, where
+``ctx`` knows the rank and world and records which op the rank is in (``with ctx.op("..."):``).
+It returns the workers' results in rank order.
+
+Faults: a rank that raises, dies or hangs ends the whole run within ``timeout`` seconds; every
+child is killed and reaped, and the error names the rank and the op it was in. A port taken
+between choosing and binding it is retried on another. Ctrl-C tears the children down too.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import queue
+import socket
+import time
+import traceback
+from dataclasses import dataclass
+from datetime import timedelta
+
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from simpar.errors import SimparError
+
+_OP_CHARS = 160
+_PORT_TRIES = 3
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class RankContext:
+    """What a worker knows about itself; ``op`` labels let a fault name where it happened."""
+
+    rank: int
+    world: int
+    backend: str
+    _ops: object  # shared char array, _OP_CHARS per rank
+
+    def op(self, label: str) -> _OpLabel:
+        return _OpLabel(self, label)
+
+    def _set(self, label: str) -> None:
+        data = label.encode()[:_OP_CHARS - 1].ljust(_OP_CHARS, b"\0")
+        start = self.rank * _OP_CHARS
+        self._ops[start:start + _OP_CHARS] = data
+
+
+class _OpLabel:
+    def __init__(self, ctx: RankContext, label: str):
+        self.ctx, self.label = ctx, label
+
+    def __enter__(self):
+        self.ctx._set(self.label)
+
+    def __exit__(self, *exc):
+        if exc[0] is None:  # on an exception, keep the label: the parent reports it
+            self.ctx._set("")
+
+
+def _entry(rank, world, port, backend, timeout, worker, args, results, ops):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    os.environ.setdefault("OMP_NUM_THREADS", "1")  # many ranks on few cores: no oversubscription
+    ctx = RankContext(rank, world, backend, ops)
+    try:
+        ctx._set("init_process_group")
+        dist.init_process_group(backend, rank=rank, world_size=world, timeout=timedelta(seconds=timeout))
+        ctx._set("")
+        results.put((rank, "ok", worker(ctx, *args)))
+    except BaseException as exc:  # report everything, including SystemExit from the worker
+        text = f"{type(exc).__name__}: {exc}".strip()
+        results.put((rank, "error", text, traceback.format_exc(limit=6)))
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def launch(worker, world: int, args: tuple = (), timeout: float = 120.0, backend: str = "gloo",
+           progress=None) -> list:
+    """Run ``worker(ctx, *args)`` on ``world`` ranks; return their results in rank order.
+    ``progress(done, world)`` is called as ranks finish (for a progress bar)."""
+    for attempt in range(_PORT_TRIES):
+        try:
+            return _launch_once(worker, world, args, timeout, backend, free_port(), progress)
+        except _PortTaken:
+            if attempt == _PORT_TRIES - 1:
+                raise SimparError("launch: could not bind a free local port after 3 tries") from None
+    raise AssertionError("unreachable")
+
+
+class _PortTaken(Exception):
+    pass
+
+
+def _launch_once(worker, world, args, timeout, backend, port, progress) -> list:
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    ops = ctx.Array(ctypes.c_char, _OP_CHARS * world, lock=False)
+    procs = [ctx.Process(target=_entry, args=(r, world, port, backend, timeout, worker, args, results, ops),
+                         name=f"simpar-rank{r}") for r in range(world)]
+    for p in procs:
+        p.start()
+    outcome: dict[int, object] = {}
+    deadline = time.monotonic() + timeout
+    try:
+        while len(outcome) < world:
+            try:
+                message = results.get(timeout=0.2)
+            except queue.Empty:
+                message = None
+            if message is not None:
+                rank, status = message[0], message[1]
+                if status == "error":
+                    if "address already in use" in message[2].lower():
+                        raise _PortTaken()
+                    raise SimparError(f"rank {rank} failed{_where(ops, rank)}: {message[2]}")
+                outcome[rank] = message[2]
+                if progress:
+                    progress(len(outcome), world)
+                continue
+            for rank, p in enumerate(procs):
+                if rank not in outcome and p.exitcode is not None and p.exitcode != 0:
+                    raise SimparError(f"rank {rank} died{_where(ops, rank)} with exit code {p.exitcode}")
+            if time.monotonic() > deadline:
+                late = [r for r in range(world) if r not in outcome]
+                where = "; ".join(f"rank {r}{_where(ops, r)}" for r in late)
+                raise SimparError(f"--timeout: {len(late)} rank(s) did not finish within {timeout:g} s: {where}")
+        return [outcome[r] for r in range(world)]
+    finally:
+        _reap(procs)
+        results.close()
+
+
+def _where(ops, rank: int) -> str:
+    label = bytes(ops[rank * _OP_CHARS:(rank + 1) * _OP_CHARS]).split(b"\0", 1)[0].decode(errors="replace")
+    return f" in {label}" if label else ""
+
+
+def _reap(procs) -> None:
+    """Let finished ranks exit; kill the rest; wait for every one."""
+    for p in procs:
+        p.join(timeout=2.0)
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+    for p in procs:
+        p.join()

@@ -1,0 +1,111 @@
+"""A real decoder transformer built from a ModelSpec, small enough to read in one sitting.
+
+Its parameters match ``ModelSpec.params`` exactly, and it is organised in the simulator's
+*units* (0: embedding, 1..L: blocks, L+1: final norm + head) so the executor can shard, gather
+and place parameters unit by unit. With tied embeddings the head reuses unit 0's weight.
+Models without learned positions get no positional signal here (rotary embeddings have no
+parameters and do not change the work being measured).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from simpar.models import ModelSpec
+
+
+def _norm(spec: ModelSpec) -> nn.Module:
+    return nn.LayerNorm(spec.hidden) if spec.norm == "layernorm" else nn.RMSNorm(spec.hidden)
+
+
+class Embedding(nn.Module):
+    def __init__(self, spec: ModelSpec):
+        super().__init__()
+        self.tokens = nn.Embedding(spec.vocab, spec.hidden)
+        self.positions = nn.Embedding(spec.positions, spec.hidden) if spec.positions else None
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        x = self.tokens(ids)
+        if self.positions is not None:
+            x = x + self.positions(torch.arange(ids.shape[1], device=ids.device))
+        return x
+
+
+class Block(nn.Module):
+    def __init__(self, spec: ModelSpec):
+        super().__init__()
+        h, kv, f, bias = spec.hidden, spec.kv_dim, spec.ffn, spec.bias
+        self.heads, self.kv_heads, self.head_dim = spec.heads, spec.n_kv_heads, spec.head_dim
+        self.norm1, self.norm2 = _norm(spec), _norm(spec)
+        self.q, self.k, self.v = nn.Linear(h, h, bias), nn.Linear(h, kv, bias), nn.Linear(h, kv, bias)
+        self.o = nn.Linear(h, h, bias)
+        self.swiglu = spec.activation == "swiglu"
+        self.up = nn.Linear(h, f, bias)
+        self.gate = nn.Linear(h, f, bias) if self.swiglu else None
+        self.down = nn.Linear(f, h, bias)
+
+    def attention(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, _ = x.shape
+        q = self.q(x).view(b, s, self.heads, self.head_dim).transpose(1, 2)
+        k = self.k(x).view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
+        v = self.v(x).view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
+        if self.kv_heads != self.heads:  # grouped-query attention: each kv head serves a group
+            k = k.repeat_interleave(self.heads // self.kv_heads, dim=1)
+            v = v.repeat_interleave(self.heads // self.kv_heads, dim=1)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.o(y.transpose(1, 2).reshape(b, s, -1))
+
+    def mlp(self, x: torch.Tensor) -> torch.Tensor:
+        if self.swiglu:
+            return self.down(F.silu(self.gate(x)) * self.up(x))
+        return self.down(F.gelu(self.up(x), approximate="tanh"))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attention(self.norm1(x))
+        return x + self.mlp(self.norm2(x))
+
+
+class Head(nn.Module):
+    def __init__(self, spec: ModelSpec, embedding: Embedding):
+        super().__init__()
+        self.norm = _norm(spec)
+        self.out = None if spec.tied_embeddings else nn.Linear(spec.hidden, spec.vocab, bias=False)
+        self._tied = [embedding]  # a list, so the tied weight is not registered twice
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.norm(x)
+        weight = self._tied[0].tokens.weight if self.out is None else self.out.weight
+        return F.linear(x, weight)
+
+
+class GPT(nn.Module):
+    def __init__(self, spec: ModelSpec):
+        super().__init__()
+        self.spec = spec
+        embedding = Embedding(spec)
+        self.units = nn.ModuleList([embedding, *(Block(spec) for _ in range(spec.layers)), Head(spec, embedding)])
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        x = ids
+        for unit in self.units:
+            x = unit(x)
+        return x
+
+    def loss(self, ids: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        logits = self(ids)
+        return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.view(-1))
+
+
+def build_model(spec: ModelSpec, seed: int = 0) -> GPT:
+    """The same initial weights on every rank and in the single-process reference."""
+    torch.manual_seed(seed)
+    return GPT(spec)
+
+
+def synthetic_batch(spec: ModelSpec, sequences: int, step: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token ids and next-token targets for one step's global batch, from a seed."""
+    generator = torch.Generator().manual_seed(seed * 1_000_003 + step)
+    tokens = torch.randint(0, spec.vocab, (sequences, spec.seq + 1), generator=generator)
+    return tokens[:, :-1], tokens[:, 1:]

@@ -1,0 +1,41 @@
+"""Small workers for ``launch``: collectives whose results and bytes can be checked, and planted
+faults (a rank that raises, one that hangs) for the teardown tests."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from simpar.real.comm import CountingComm
+
+
+def collective_worker(ctx, algo: str, op: str, numel: int, dtype: str = "float32") -> dict:
+    """Every rank contributes (rank + 1) * arange(numel); returns its output and byte counts."""
+    comm = CountingComm(ctx.rank)
+    group = list(range(ctx.world))
+    flat = (ctx.rank + 1) * torch.arange(numel, dtype=getattr(torch, dtype))
+    with ctx.op(f"{algo} {op} of {numel} elements"):
+        if algo == "ps":
+            out = comm.ps_all_reduce(flat, group)
+        elif op == "allreduce":
+            out = comm.ring_all_reduce(flat, group)
+        elif op == "reducescatter":
+            out = comm.ring_reduce_scatter(flat, group)
+        else:
+            out = comm.ring_all_gather(torch.tensor_split(flat, ctx.world)[ctx.rank], numel, group)
+    return {"out": out, "sent": comm.sent, "received": comm.received}
+
+
+def failing_worker(ctx, bad_rank: int) -> int:
+    with ctx.op("forward of unit 1"):
+        if ctx.rank == bad_rank:
+            raise RuntimeError("planted failure")
+    return ctx.rank
+
+
+def hanging_worker(ctx, bad_rank: int) -> int:
+    with ctx.op("all-gather of unit 2"):
+        if ctx.rank == bad_rank:
+            time.sleep(3600)
+    return ctx.rank

@@ -1,0 +1,99 @@
+"""Reference-executor foundations: the real model's size, counted p2p collectives, fault teardown.
+
+Tests that start real processes on gloo (world 2-4) are marked slow (deselect: -m 'not slow').
+"""
+
+import multiprocessing
+import os
+import time
+
+import pytest
+import torch
+
+from simpar.collectives import expand
+from simpar.errors import SimparError
+from simpar.models import PRESETS
+from simpar.real import probes
+from simpar.real.launch import launch
+from simpar.real.model import build_model
+from simpar.topologies import build
+
+
+@pytest.mark.parametrize("name", list(PRESETS))
+def test_real_model_has_exactly_the_spec_parameters(name):
+    spec = PRESETS[name]
+    with torch.device("meta"):
+        model = build_model(spec)
+    assert sum(p.numel() for p in model.parameters()) == spec.params
+    units = [sum(p.numel() for p in unit.parameters()) for unit in model.units]
+    assert len(units) == spec.layers + 2 and sum(units) == spec.params
+
+
+def test_real_model_trains_a_step():
+    spec = PRESETS["tiny"]
+    model = build_model(spec)
+    ids = torch.randint(0, spec.vocab, (2, spec.seq))
+    loss = model.loss(ids, ids)
+    loss.backward()
+    assert torch.isfinite(loss) and all(p.grad is not None for p in model.parameters())
+
+
+def _simulated_bytes(op, algo, world, nbytes):
+    topo = build("ring", world, 1e9, 1e-6)
+    sent = dict.fromkeys(topo.gpus, 0)
+    for phase in expand(op, algo, topo, topo.gpus, nbytes):
+        for t in phase.transfers:
+            sent[t.src] += t.nbytes
+    return [sent[g] for g in topo.gpus]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("world", [2, 3, 4])
+@pytest.mark.parametrize("algo,op", [("ring", "allreduce"), ("ring", "reducescatter"), ("ring", "allgather"),
+                                     ("ps", "allreduce")])
+def test_p2p_collectives_are_right_and_send_the_simulated_bytes(world, algo, op):
+    numel = 1000 * world  # whole chunks, so element and byte splits agree
+    results = launch(probes.collective_worker, world, (algo, op, numel), timeout=60)
+    full = sum((r + 1) * torch.arange(numel, dtype=torch.float32) for r in range(world))
+    for rank, result in enumerate(results):
+        expected = torch.tensor_split(full, world)[rank] if op == "reducescatter" else full
+        if op == "allgather":
+            expected = (torch.arange(world).repeat_interleave(numel // world) + 1) * torch.arange(numel)
+        assert torch.equal(result["out"], expected.float())
+    measured = [r["sent"] for r in results]
+    assert measured == _simulated_bytes(op, algo, world, numel * 4)
+    assert sum(r["received"] for r in results) == sum(measured)
+
+
+def _children_of_this_process() -> list[int]:
+    """Spawned rank processes still alive (or unreaped), from /proc. multiprocessing's shared
+    resource tracker is a helper that outlives runs by design, so it is not counted."""
+    children = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/stat") as handle:
+                parent = int(handle.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                command = handle.read()
+        except OSError:  # it exited while we looked
+            continue
+        if parent == os.getpid() and b"spawn_main" in command:
+            children.append(int(entry))
+    return children
+
+
+@pytest.mark.slow
+def test_a_failing_rank_aborts_the_run_naming_rank_and_op():
+    with pytest.raises(SimparError, match=r"rank 2 failed in forward of unit 1: RuntimeError: planted failure"):
+        launch(probes.failing_worker, 3, (2,), timeout=60)
+    assert _children_of_this_process() == [] and multiprocessing.active_children() == []
+
+
+@pytest.mark.slow
+def test_a_hanging_rank_is_killed_at_the_timeout_naming_rank_and_op():
+    start = time.monotonic()
+    with pytest.raises(SimparError, match=r"--timeout: 1 rank\(s\) did not finish within 8 s: rank 1 in "
+                                          r"all-gather of unit 2"):
+        launch(probes.hanging_worker, 2, (1,), timeout=8)
+    assert time.monotonic() - start < 8 + 15
+    assert _children_of_this_process() == [] and multiprocessing.active_children() == []

@@ -61,7 +61,8 @@ def reduce_gradients(prog: Program, work: Work, scenario: Scenario, sharded_grad
 
 
 def gather_parameters(prog: Program, work: Work, spec, after: int) -> None:
-    """All-gather the updated parameter shards, bucket by bucket, once the step is done."""
-    for bucket in buckets(work, range(work.num_units), spec.bucket_bytes):
+    """All-gather the updated parameter shards once the step is done, in the same buckets the
+    gradients were reduce-scattered in (a rank's optimizer shard is its chunk of each bucket)."""
+    for bucket in buckets(work, list(reversed(range(work.num_units))), spec.bucket_bytes):
         prog.add(Collective, "comm", [after], op="allgather", group="dp", nbytes=work.w * work.params(bucket),
                  algo=spec.algo or "ring", payload="params", units=bucket)

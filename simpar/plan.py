@@ -60,6 +60,7 @@ class Collective(Op):
     algo: str | None = None
     payload: str = ""
     units: tuple[int, ...] = ()
+    itemsize: int = 1  # bytes per element (tensors split by elements)
 
 
 @dataclass(frozen=True, kw_only=True)

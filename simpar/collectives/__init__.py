@@ -31,11 +31,13 @@ class CollectiveCall:
     topology: Topology
     root: int = 0
     peer: int = -1
+    itemsize: int = 1  # bytes per element: rings split tensors by elements, as torch does
 
 
 def _rings(fn):
     """A ring algorithm over all of the group's channel rings (several across machines)."""
-    return lambda c: ring.over_channels(fn, ring.channel_orders(c.group, c.topology.machine), c.nbytes)
+    return lambda c: ring.over_channels(fn, ring.channel_orders(c.group, c.topology.machine), c.nbytes,
+                                        c.itemsize)
 
 
 def _p2p(c: CollectiveCall) -> list[Phase]:
@@ -100,7 +102,7 @@ def normalize(op: str, algo: str | None) -> tuple[str, str]:
 
 
 def expand(op: str, algo: str | None, topology: Topology, group: list[str], nbytes: int,
-           root: int = 0, peer: int = -1) -> list[Phase]:
+           root: int = 0, peer: int = -1, itemsize: int = 1) -> list[Phase]:
     op, algo = normalize(op, algo)
     n = len(group)
     if op == "p2p" and n < 2:
@@ -110,7 +112,7 @@ def expand(op: str, algo: str | None, topology: Topology, group: list[str], nbyt
             raise SimparError(f"{flag}: rank {value} is outside the group of {n} ranks")
     if op == "p2p" and group[root] == group[peer]:
         raise SimparError("--peer: p2p needs two different ranks")
-    return OPS[op][algo](CollectiveCall(list(group), int(nbytes), topology, root, peer))
+    return OPS[op][algo](CollectiveCall(list(group), int(nbytes), topology, root, peer, itemsize))
 
 
 def collective(network: Network, phases: list[Phase], tag: str = "") -> simpy.Process:

@@ -12,25 +12,30 @@ from __future__ import annotations
 from simpar.collectives.schedule import Phase, Transfer, chunk_sizes, merge_phases
 
 
-def reduce_scatter(group: list[str], nbytes: int) -> list[Phase]:
+def element_chunks(nbytes: int, parts: int, itemsize: int = 1) -> list[int]:
+    """Chunk sizes in bytes when a tensor of ``itemsize``-byte elements is split by elements."""
+    return [c * itemsize for c in chunk_sizes(nbytes // itemsize, parts)]
+
+
+def reduce_scatter(group: list[str], nbytes: int, itemsize: int = 1) -> list[Phase]:
     n = len(group)
-    chunks = chunk_sizes(nbytes, n)
+    chunks = element_chunks(nbytes, n, itemsize)
     return [Phase("ring reduce-scatter", tuple(
         Transfer(group[i], group[(i + 1) % n], nbytes - chunks[i], steps=n - 1)
         for i in range(n) if n > 1))]
 
 
-def all_gather(group: list[str], nbytes: int) -> list[Phase]:
+def all_gather(group: list[str], nbytes: int, itemsize: int = 1) -> list[Phase]:
     """``nbytes`` is the gathered (output) size, as in nccl-tests."""
     n = len(group)
-    chunks = chunk_sizes(nbytes, n)
+    chunks = element_chunks(nbytes, n, itemsize)
     return [Phase("ring all-gather", tuple(
         Transfer(group[i], group[(i + 1) % n], nbytes - chunks[(i + 1) % n], steps=n - 1)
         for i in range(n) if n > 1))]
 
 
-def all_reduce(group: list[str], nbytes: int) -> list[Phase]:
-    return reduce_scatter(group, nbytes) + all_gather(group, nbytes)
+def all_reduce(group: list[str], nbytes: int, itemsize: int = 1) -> list[Phase]:
+    return reduce_scatter(group, nbytes, itemsize) + all_gather(group, nbytes, itemsize)
 
 
 def broadcast(group: list[str], nbytes: int, root: int = 0) -> list[Phase]:
@@ -68,7 +73,7 @@ def channel_orders(group: list[str], machine_of) -> list[list[str]]:
     return [[m[(j + c) % size] for m in machines.values() for j in range(size)] for c in range(size)]
 
 
-def over_channels(fn, orders: list[list[str]], nbytes: int) -> list[Phase]:
-    """Split the bytes evenly over the channel rings and run them side by side."""
-    parts = chunk_sizes(nbytes, len(orders))
-    return merge_phases(*(fn(order, part) for order, part in zip(orders, parts)))
+def over_channels(fn, orders: list[list[str]], nbytes: int, itemsize: int = 1) -> list[Phase]:
+    """Split the elements evenly over the channel rings and run them side by side."""
+    parts = element_chunks(nbytes, len(orders), itemsize)
+    return merge_phases(*(fn(order, part, itemsize) for order, part in zip(orders, parts)))

@@ -21,6 +21,8 @@ import traceback
 from dataclasses import dataclass
 from datetime import timedelta
 
+import numpy as np
+import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
@@ -74,7 +76,7 @@ def _entry(rank, world, port, backend, timeout, worker, args, results, ops):
         ctx._set("init_process_group")
         dist.init_process_group(backend, rank=rank, world_size=world, timeout=timedelta(seconds=timeout))
         ctx._set("")
-        results.put((rank, "ok", worker(ctx, *args)))
+        results.put((rank, "ok", _portable(worker(ctx, *args), torch.Tensor, lambda t: t.detach().numpy())))
     except BaseException as exc:  # report everything, including SystemExit from the worker
         text = f"{type(exc).__name__}: {exc}".strip()
         results.put((rank, "error", text, traceback.format_exc(limit=6)))
@@ -122,7 +124,7 @@ def _launch_once(worker, world, args, timeout, backend, port, progress) -> list:
                     if "address already in use" in message[2].lower():
                         raise _PortTaken()
                     raise SimparError(f"rank {rank} failed{_where(ops, rank)}: {message[2]}")
-                outcome[rank] = message[2]
+                outcome[rank] = _portable(message[2], np.ndarray, torch.from_numpy)
                 if progress:
                     progress(len(outcome), world)
                 continue
@@ -137,6 +139,18 @@ def _launch_once(worker, world, args, timeout, backend, port, progress) -> list:
     finally:
         _reap(procs)
         results.close()
+
+
+def _portable(value, kind, convert):
+    """Tensors cross the queue as numpy arrays: a tensor sent by torch's queue lives in the
+    sender's shared memory, which is gone once the rank exits."""
+    if isinstance(value, kind):
+        return convert(value)
+    if isinstance(value, dict):
+        return {k: _portable(v, kind, convert) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_portable(v, kind, convert) for v in value)
+    return value
 
 
 def _where(ops, rank: int) -> str:

@@ -86,6 +86,11 @@ class GPT(nn.Module):
         self.spec = spec
         embedding = Embedding(spec)
         self.units = nn.ModuleList([embedding, *(Block(spec) for _ in range(spec.layers)), Head(spec, embedding)])
+        for module in self.modules():  # GPT-2's initialisation: small weights keep the first loss near ln(vocab)
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(module.weight, std=0.02)
+            if isinstance(module, nn.Linear) and module.bias is not None:
+                nn.init.zeros_(module.bias)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         x = ids
@@ -95,7 +100,7 @@ class GPT(nn.Module):
 
     def loss(self, ids: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         logits = self(ids)
-        return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.view(-1))
+        return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
 
 def build_model(spec: ModelSpec, seed: int = 0) -> GPT:

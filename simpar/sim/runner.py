@@ -172,12 +172,12 @@ class Simulator:
         groups = self._groups[(pi, op.group)]
         if len(groups[0]) < 2:
             return None
-        key = (op.op, op.algo, pi, op.group, op.nbytes)
+        key = (op.op, op.algo, pi, op.group, op.nbytes, op.itemsize)
         entry = self._entries.get(key)
         if entry is None:
             gpus = self.topology.gpus
-            phases = merge_phases(*(expand(op.op, op.algo, self.topology, [gpus[r] for r in g], op.nbytes)
-                                    for g in groups))
+            phases = merge_phases(*(expand(op.op, op.algo, self.topology, [gpus[r] for r in g], op.nbytes,
+                                           itemsize=op.itemsize) for g in groups))
             entry = self._entries[key] = _CollectiveEntry(drop_empty(phases))
         entry.calls += 1
         if self.replay and entry.duration is not None:

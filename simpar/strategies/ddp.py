@@ -34,7 +34,7 @@ def build(scenario: Scenario, algo: str | None = None, bucket_bytes: int | None 
             if mb == m - 1 and unit in closes:
                 bucket = closes[unit]
                 reductions.append(prog.add(Collective, "comm", [done], op="allreduce", group="dp",
-                                           nbytes=work.w * work.params(bucket), algo=algo,
+                                           nbytes=work.w * work.params(bucket), algo=algo, itemsize=work.w,
                                            payload="grads", units=bucket))
     work.gpu_step(prog, phi, deps=reductions)
     return Plan(name, Grid(dp=spec.dp), [prog])

@@ -63,9 +63,9 @@ def build(scenario: Scenario) -> Plan:
     return plan
 
 
-def _tp_allreduce(prog: Program, nbytes: int, deps, payload: str) -> int:
+def _tp_allreduce(prog: Program, work: Work, nbytes: int, deps, payload: str) -> int:
     return prog.add(Collective, "comm", deps, op="allreduce", group="tp", nbytes=nbytes, algo="ring",
-                    payload=payload)
+                    payload=payload, itemsize=work.w)
 
 
 def _forward(prog, work, units, mb, vs, virtual_stages, hidden_bytes, tp) -> int:
@@ -80,7 +80,7 @@ def _forward(prog, work, units, mb, vs, virtual_stages, hidden_bytes, tp) -> int
                           flops=u.fwd_flops / halves, bytes=u.fwd_bytes / halves)
             deps = [op]
             if tp > 1 and unit < work.num_units - 1:
-                deps = [_tp_allreduce(prog, hidden_bytes, deps, f"activations unit{unit} mb{mb}")]
+                deps = [_tp_allreduce(prog, work, hidden_bytes, deps, f"activations unit{unit} mb{mb}")]
     if vs < virtual_stages - 1:
         prog.add(Send, "send", deps, peer="next", nbytes=hidden_bytes, tag=f"F mb{mb} vs{vs + 1}")
     return deps[0]
@@ -100,7 +100,7 @@ def _backward(prog, work, units, mb, vs, hidden_bytes, tp) -> int:
                           flops=u.bwd_flops / halves, bytes=u.bwd_bytes / halves)
             deps = [op]
             if halves == 2:
-                deps = [_tp_allreduce(prog, hidden_bytes, deps, f"input grads unit{unit} mb{mb}")]
+                deps = [_tp_allreduce(prog, work, hidden_bytes, deps, f"input grads unit{unit} mb{mb}")]
         if u.recompute_temp:
             prog.free("compute", "temporaries", u.recompute_temp, payload=f"recompute unit{unit} mb{mb}")
         if u.activations:
@@ -115,9 +115,10 @@ def _reduce_and_step(prog: Program, work: Work, scenario: Scenario, held: list[i
     spec = scenario.strategy
     reductions = [prog.add(Collective, "comm", [last], op="reducescatter", group="dp",
                            nbytes=work.w * work.params(bucket), algo=spec.algo or "ring", payload="grads",
+                           itemsize=work.w,
                            units=bucket)
                   for bucket in buckets(work, list(reversed(held)), spec.bucket_bytes)]
     step = work.gpu_step(prog, work.params(held) // spec.dp, deps=reductions)
     for bucket in buckets(work, list(reversed(held)), spec.bucket_bytes):  # the shards' buckets
-        prog.add(Collective, "comm", [step], op="allgather", group="dp", nbytes=work.w * work.params(bucket),
+        prog.add(Collective, "comm", [step], op="allgather", group="dp", itemsize=work.w, nbytes=work.w * work.params(bucket),
                  algo=spec.algo or "ring", payload="params", units=bucket)

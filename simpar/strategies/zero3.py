@@ -68,7 +68,8 @@ class _Gatherer:
                        if self.hooks.before_gather else None)
             self.prog.alloc("comm", "buffers", nbytes, payload=f"params unit{unit}", deps=[free_slot])
             self.gathers.append(self.prog.add(Collective, "comm", [free_slot, fetched], op="allgather", group="dp",
-                                              nbytes=nbytes, algo=self.algo, payload="params", units=(unit,)))
+                                              nbytes=nbytes, algo=self.algo, payload="params", units=(unit,),
+                                              itemsize=self.work.w))
         return self.gathers[i]
 
 
@@ -93,7 +94,8 @@ def _backward(prog, work, scenario, mb, hooks) -> list[int]:
         if scenario.model.tied_embeddings and unit == work.num_units - 1:
             prog.free("compute", "buffers", work.w * work.units[0].params, payload="params unit0 (tied head)")
         reduce = prog.add(Collective, "comm", [gatherer.computed[-1]], op="reducescatter", group="dp",
-                          nbytes=nbytes, algo=scenario.strategy.algo or "ring", payload="grads", units=(unit,))
+                          nbytes=nbytes, algo=scenario.strategy.algo or "ring", payload="grads", units=(unit,),
+                          itemsize=work.w)
         prog.free("comm", "buffers", nbytes, payload=f"grad unit{unit}")
         last.append(hooks.after_reduce(prog, work, reduce, (unit,), mb) if hooks.after_reduce else reduce)
     return last

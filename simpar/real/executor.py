@@ -1,0 +1,182 @@
+"""Perform a Plan for real: each rank walks its Program's ops and does them with real tensors.
+
+Ops are performed in the order the strategy wrote them (every op's dependencies come earlier),
+so streams do not yet overlap here; what is real is the work: per-unit forward and backward with
+autograd, collectives as counted point-to-point sends of the Plan's algorithm, the optimizer
+step on the whole model or on the rank's shard.
+
+So far the data-parallel strategies dp, ddp, zero1 and zero2 in fp32 (the CPU path); the rest of
+the Plan's ops raise a clear error naming the strategy.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from simpar.errors import SimparError
+from simpar.plan import Alloc, Collective, Compute, Free
+from simpar.real.comm import CountingComm
+from simpar.real.model import build_model, synthetic_batch
+from simpar.scenario import Scenario
+from simpar.strategies import build_plan
+
+SUPPORTED = ("dp", "ddp", "zero1", "zero2")
+LEARNING_RATE = 1e-3
+
+
+def make_optimizer(name: str, params):
+    if name in ("adam", "adamw"):
+        cls = torch.optim.Adam if name == "adam" else torch.optim.AdamW
+        return cls(params, lr=LEARNING_RATE)
+    return torch.optim.SGD(params, lr=LEARNING_RATE, momentum=0.9 if name == "sgd-momentum" else 0.0)
+
+
+def check_supported(scenario: Scenario) -> None:
+    if scenario.strategy.name not in SUPPORTED:
+        raise SimparError(f"--compare-real: the executor performs {', '.join(SUPPORTED)} so far, "
+                          f"not {scenario.strategy.name}")
+    if scenario.train.precision != "fp32":
+        raise SimparError("--precision: the CPU executor runs fp32 (use --precision fp32)")
+
+
+class RankExecutor:
+    def __init__(self, ctx, scenario: Scenario, seed: int):
+        self.ctx, self.scenario, self.seed = ctx, scenario, seed
+        self.plan = build_plan(scenario)
+        self.program = self.plan.program_of(ctx.rank)
+        self.model = build_model(scenario.model, seed)
+        self.unit_params = [list(unit.parameters()) for unit in self.model.units]
+        self.comm = CountingComm(ctx.rank)
+        self.group = list(self.plan.grid.group(ctx.rank, "dp"))
+        self.index = self.group.index(ctx.rank)
+        self.sharded = scenario.strategy.name in ("zero1", "zero2")
+        self.shards: dict[tuple[int, ...], torch.nn.Parameter] = {}
+        self.shard_grads: dict[tuple[int, ...], torch.Tensor] = {}
+        if self.sharded:
+            for op in self.program.ops:
+                if isinstance(op, Collective) and op.op == "reducescatter" and op.units not in self.shards:
+                    chunk = torch.tensor_split(self._flat(op.units, "data"), len(self.group))[self.index]
+                    self.shards[op.units] = torch.nn.Parameter(chunk.clone())
+            self.optimizer = make_optimizer(scenario.train.optimizer, list(self.shards.values()))
+        else:
+            self.optimizer = make_optimizer(scenario.train.optimizer, self.model.parameters())
+
+    def _flat(self, units, what: str) -> torch.Tensor:
+        tensors = [getattr(p, what) for u in units for p in self.unit_params[u]]
+        return torch.cat([t.reshape(-1) if t is not None else torch.zeros(0) for t in tensors])
+
+    def _unflatten_into(self, units, flat: torch.Tensor, what: str) -> None:
+        offset = 0
+        for u in units:
+            for p in self.unit_params[u]:
+                piece = flat[offset:offset + p.numel()].view_as(p)
+                if what == "grad":
+                    p.grad = piece.clone()
+                else:
+                    p.data.copy_(piece)
+                offset += p.numel()
+
+    def step(self, step: int) -> float:
+        spec, train = self.scenario.model, self.scenario.train
+        m, b = self.scenario.microbatches, train.micro_batch
+        ids, targets = synthetic_batch(spec, train.global_batch, step, self.seed)
+        inputs: dict = {}
+        outputs: dict = {}
+        loss_total = 0.0
+        head = len(self.model.units) - 1
+        for op in self.program.ops:
+            with self.ctx.op(f"step {step} op {op.id} {type(op).__name__} {getattr(op, 'phase', '')}"
+                             f"{getattr(op, 'op', '')} unit {getattr(op, 'unit', getattr(op, 'units', ''))}"):
+                if isinstance(op, (Alloc, Free)):
+                    continue
+                if isinstance(op, Compute) and op.phase == "fwd":
+                    rows = slice((self.index * m + op.microbatch) * b, (self.index * m + op.microbatch + 1) * b)
+                    if op.unit == 0:
+                        x = ids[rows]
+                    else:
+                        x = outputs[(op.unit - 1, op.microbatch)].detach().requires_grad_()
+                    inputs[(op.unit, op.microbatch)] = x
+                    out = self.model.units[op.unit](x)
+                    if op.unit == head:  # mean over the micro-batch, scaled to the step's mean
+                        out = F.cross_entropy(out.float().reshape(-1, out.shape[-1]), targets[rows].reshape(-1)) / m
+                        loss_total += float(out.detach())
+                    outputs[(op.unit, op.microbatch)] = out
+                elif isinstance(op, Compute) and op.phase == "bwd":
+                    out = outputs.pop((op.unit, op.microbatch))
+                    if op.unit == head:
+                        out.backward()
+                    else:
+                        out.backward(inputs.pop((op.unit + 1, op.microbatch)).grad)
+                elif isinstance(op, Collective):
+                    self._collective(op)
+                elif isinstance(op, Compute) and op.phase == "step":
+                    self._step()
+                else:
+                    raise SimparError(f"--compare-real: the executor cannot perform {op!r} yet")
+        return self._mean_loss(loss_total)
+
+    def _mean_loss(self, local: float) -> float:
+        total = torch.tensor([local])
+        torch.distributed.all_reduce(total)  # reporting only: not counted as the Plan's traffic
+        return float(total) / len(self.group)
+
+    def _reduce(self, op: Collective, flat: torch.Tensor) -> torch.Tensor:
+        if op.op == "allreduce":
+            if op.algo == "ps":
+                return self.comm.ps_all_reduce(flat, self.group, op.payload)
+            return self.comm.ring_all_reduce(flat, self.group, op.payload)
+        return self.comm.ring_reduce_scatter(flat, self.group, op.payload)
+
+    def _collective(self, op: Collective) -> None:
+        if op.algo not in ("ring", "ps", None):
+            raise SimparError(f"--algo: the executor performs ring and ps collectives, not {op.algo}")
+        n = len(self.group)
+        if op.op == "allreduce" and op.payload == "grads":
+            self._unflatten_into(op.units, self._reduce(op, self._flat(op.units, "grad")) / n, "grad")
+        elif op.op == "reducescatter" and op.payload == "grads":
+            mine = self._reduce(op, self._flat(op.units, "grad")) / n
+            self.shard_grads[op.units] = self.shard_grads.get(op.units, 0) + mine
+            if self.scenario.strategy.name == "zero2":  # gradients live only as the shard
+                for u in op.units:
+                    for p in self.unit_params[u]:
+                        p.grad = None
+        elif op.op == "allgather" and op.payload == "params":
+            full = self.comm.ring_all_gather(self.shards[op.units].detach(), self._flat(op.units, "data").numel(),
+                                             self.group, op.payload)
+            self._unflatten_into(op.units, full, "data")
+        else:
+            raise SimparError(f"--compare-real: the executor cannot perform {op.op} of {op.payload} yet")
+
+    def _step(self) -> None:
+        if self.sharded:
+            for units, shard in self.shards.items():
+                shard.grad = self.shard_grads.pop(units)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.model.zero_grad(set_to_none=True)
+
+
+def run_rank(ctx, scenario: Scenario, steps: int, seed: int) -> dict:
+    torch.manual_seed(seed)
+    executor = RankExecutor(ctx, scenario, seed)
+    losses = [executor.step(step) for step in range(steps)]
+    params = torch.cat([p.detach().reshape(-1) for p in executor.model.parameters()])
+    return {"losses": losses, "params": params, "bytes_sent": executor.comm.sent,
+            "bytes_received": executor.comm.received}
+
+
+def single_process(scenario: Scenario, steps: int, seed: int) -> dict:
+    """The reference: one process, the whole global batch, the same optimizer."""
+    spec, train = scenario.model, scenario.train
+    model = build_model(spec, seed)
+    optimizer = make_optimizer(train.optimizer, model.parameters())
+    losses = []
+    for step in range(steps):
+        ids, targets = synthetic_batch(spec, train.global_batch, step, seed)
+        loss = model.loss(ids, targets)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(float(loss.detach()))
+    return {"losses": losses, "params": torch.cat([p.detach().reshape(-1) for p in model.parameters()])}

@@ -11,7 +11,8 @@ its collectives for all of its ranks' groups at once, which is how 1,000-GPU ste
 Streams run their ops in order; an op also waits for its ``deps`` (ops of the same program on
 other streams). Streams: ``compute`` (the GPU's kernels), ``comm`` (collectives), ``send`` and
 ``recv`` (pipeline point-to-point; receives wait apart so they never hold up a send), ``copy``
-(PCIe/NVMe copies of offload), ``host`` (the CPU's optimizer step). Alloc/Free take no time; they mark memory per category on a rank.
+(PCIe/NVMe copies of offload), ``host`` (the CPU's optimizer step). Alloc/Free take no time;
+they mark memory per category on a rank.
 
 Model *units*: 0 is the embedding, 1..L the transformer layers, L+1 the final norm and the
 output head. Strategies split, shard and gather parameters unit by unit.

@@ -120,5 +120,5 @@ def _reduce_and_step(prog: Program, work: Work, scenario: Scenario, held: list[i
                   for bucket in buckets(work, list(reversed(held)), spec.bucket_bytes)]
     step = work.gpu_step(prog, work.params(held) // spec.dp, deps=reductions)
     for bucket in buckets(work, list(reversed(held)), spec.bucket_bytes):  # the shards' buckets
-        prog.add(Collective, "comm", [step], op="allgather", group="dp", itemsize=work.w, nbytes=work.w * work.params(bucket),
-                 algo=spec.algo or "ring", payload="params", units=bucket)
+        prog.add(Collective, "comm", [step], op="allgather", group="dp", itemsize=work.w,
+                 nbytes=work.w * work.params(bucket), algo=spec.algo or "ring", payload="params", units=bucket)

@@ -47,8 +47,8 @@ def build_zero3(scenario: Scenario) -> Plan:
 
 
 def _params_from_nvme(prog: Program, work: Work, unit: int, mb: int, deps) -> int:
-    return prog.add(Copy, "copy", deps, src="nvme", dst="gpu", nbytes=work.w * work.units[unit].params // len(prog.ranks),
-                    payload=f"params unit{unit} mb{mb}")
+    nbytes = work.w * work.units[unit].params // len(prog.ranks)
+    return prog.add(Copy, "copy", deps, src="nvme", dst="gpu", nbytes=nbytes, payload=f"params unit{unit} mb{mb}")
 
 
 def _nvme_step(prog: Program, work: Work, last) -> int:

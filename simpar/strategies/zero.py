@@ -50,8 +50,8 @@ def reduce_gradients(prog: Program, work: Work, scenario: Scenario, sharded_grad
             if reduce_now and unit in closes:
                 bucket = closes[unit]
                 nbytes = work.w * work.params(bucket)
-                op = prog.add(Collective, "comm", [done], op="reducescatter", group="dp", itemsize=work.w, nbytes=nbytes,
-                              algo=spec.algo or "ring", payload="grads", units=bucket)
+                op = prog.add(Collective, "comm", [done], op="reducescatter", group="dp", itemsize=work.w,
+                              nbytes=nbytes, algo=spec.algo or "ring", payload="grads", units=bucket)
                 if sharded_grads:
                     prog.free("comm", "buffers", nbytes, payload=f"grads of units {bucket[0]}..{bucket[-1]}")
                 last.append(after_reduce(prog, work, op, bucket, mb) if after_reduce else op)
@@ -64,5 +64,5 @@ def gather_parameters(prog: Program, work: Work, spec, after: int) -> None:
     """All-gather the updated parameter shards once the step is done, in the same buckets the
     gradients were reduce-scattered in (a rank's optimizer shard is its chunk of each bucket)."""
     for bucket in buckets(work, list(reversed(range(work.num_units))), spec.bucket_bytes):
-        prog.add(Collective, "comm", [after], op="allgather", group="dp", itemsize=work.w, nbytes=work.w * work.params(bucket),
-                 algo=spec.algo or "ring", payload="params", units=bucket)
+        prog.add(Collective, "comm", [after], op="allgather", group="dp", itemsize=work.w,
+                 nbytes=work.w * work.params(bucket), algo=spec.algo or "ring", payload="params", units=bucket)

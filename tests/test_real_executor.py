@@ -21,6 +21,7 @@ STEPS = 3
 @pytest.mark.parametrize("strategy,world,optimizer,atol", [
     ("dp", 2, "sgd", 1e-6), ("ddp", 2, "sgd", 1e-6), ("ddp", 3, "adam", 1e-4), ("zero1", 2, "sgd", 1e-6),
     ("zero1", 4, "adam", 1e-4), ("zero2", 2, "sgd", 1e-6), ("zero2", 3, "sgd-momentum", 1e-6),
+    ("zero3", 2, "sgd", 1e-6), ("zero3", 4, "adam", 1e-4),
 ])
 def test_strategy_trains_like_one_process_and_sends_the_simulated_bytes(strategy, world, optimizer, atol):
     scenario = make_scenario(model("tiny"), strategy, world, micro_batch=2, microbatches=2, precision="fp32",

@@ -5,8 +5,10 @@ so streams do not yet overlap here; what is real is the work: per-unit forward a
 autograd, collectives as counted point-to-point sends of the Plan's algorithm, the optimizer
 step on the whole model or on the rank's shard.
 
-So far the data-parallel strategies dp, ddp, zero1 and zero2 in fp32 (the CPU path); the rest of
-the Plan's ops raise a clear error naming the strategy.
+So far the data-parallel strategies dp, ddp, zero1, zero2 and zero3 in fp32 (the CPU path); the
+rest raise a clear error naming the strategy. ZeRO-3 here is faithful in traffic and arithmetic
+(each unit is gathered from the shards before its forward and backward, its gradients
+reduce-scattered after), but the full parameters stay allocated between uses.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from simpar.real.model import build_model, synthetic_batch
 from simpar.scenario import Scenario
 from simpar.strategies import build_plan
 
-SUPPORTED = ("dp", "ddp", "zero1", "zero2")
+SUPPORTED = ("dp", "ddp", "zero1", "zero2", "zero3")
 LEARNING_RATE = 1e-3
 
 
@@ -50,7 +52,8 @@ class RankExecutor:
         self.comm = CountingComm(ctx.rank)
         self.group = list(self.plan.grid.group(ctx.rank, "dp"))
         self.index = self.group.index(ctx.rank)
-        self.sharded = scenario.strategy.name in ("zero1", "zero2")
+        self.sharded = scenario.strategy.name in ("zero1", "zero2", "zero3")
+        self.grads_sharded = scenario.strategy.name in ("zero2", "zero3")
         self.shards: dict[tuple[int, ...], torch.nn.Parameter] = {}
         self.shard_grads: dict[tuple[int, ...], torch.Tensor] = {}
         if self.sharded:
@@ -137,7 +140,7 @@ class RankExecutor:
         elif op.op == "reducescatter" and op.payload == "grads":
             mine = self._reduce(op, self._flat(op.units, "grad")) / n
             self.shard_grads[op.units] = self.shard_grads.get(op.units, 0) + mine
-            if self.scenario.strategy.name == "zero2":  # gradients live only as the shard
+            if self.grads_sharded:  # gradients live only as the shard
                 for u in op.units:
                     for p in self.unit_params[u]:
                         p.grad = None
@@ -161,6 +164,11 @@ def run_rank(ctx, scenario: Scenario, steps: int, seed: int) -> dict:
     torch.manual_seed(seed)
     executor = RankExecutor(ctx, scenario, seed)
     losses = [executor.step(step) for step in range(steps)]
+    if executor.scenario.strategy.name == "zero3":  # parameters stay sharded after the step: gather
+        final = CountingComm(ctx.rank)  # them to report, outside the counted traffic
+        for units, shard in executor.shards.items():
+            numel = executor._flat(units, "data").numel()
+            executor._unflatten_into(units, final.ring_all_gather(shard.detach(), numel, executor.group), "data")
     params = torch.cat([p.detach().reshape(-1) for p in executor.model.parameters()])
     return {"losses": losses, "params": params, "bytes_sent": executor.comm.sent,
             "bytes_received": executor.comm.received}

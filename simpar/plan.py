@@ -88,6 +88,7 @@ class Copy(Op):
     dst: str
     nbytes: int
     payload: str = ""
+    units: tuple[int, ...] = ()  # the model units whose shards move (empty: all the rank holds)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -21,11 +21,12 @@ STEPS = 3
 @pytest.mark.parametrize("strategy,world,optimizer,atol", [
     ("dp", 2, "sgd", 1e-6), ("ddp", 2, "sgd", 1e-6), ("ddp", 3, "adam", 1e-4), ("zero1", 2, "sgd", 1e-6),
     ("zero1", 4, "adam", 1e-4), ("zero2", 2, "sgd", 1e-6), ("zero2", 3, "sgd-momentum", 1e-6),
-    ("zero3", 2, "sgd", 1e-6), ("zero3", 4, "adam", 1e-4),
+    ("zero3", 2, "sgd", 1e-6), ("zero3", 4, "adam", 1e-4), ("zero2-offload", 2, "adam", 1e-4),
+    ("zero3-offload", 2, "sgd", 1e-6),
 ])
 def test_strategy_trains_like_one_process_and_sends_the_simulated_bytes(strategy, world, optimizer, atol):
     scenario = make_scenario(model("tiny"), strategy, world, micro_batch=2, microbatches=2, precision="fp32",
-                             optimizer=optimizer, topology="ring", bucket_bytes=64 * 1024)
+                             optimizer=optimizer, topology="pcie", bucket_bytes=64 * 1024)
     ranks = launch(run_rank, world, (scenario, STEPS, 0), timeout=240)
     reference = single_process(scenario, STEPS, 0)
     for rank in ranks:
@@ -34,3 +35,4 @@ def test_strategy_trains_like_one_process_and_sends_the_simulated_bytes(strategy
     simulated = simulate(scenario).ranks
     assert [r["bytes_sent"] for r in ranks] == [STEPS * r["bytes_sent"] for r in simulated]
     assert [r["bytes_received"] for r in ranks] == [STEPS * r["bytes_received"] for r in simulated]
+    assert [r["offload_bytes"] for r in ranks] == [STEPS * r["offload_bytes"] for r in simulated]

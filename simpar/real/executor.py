@@ -17,13 +17,13 @@ import torch
 import torch.nn.functional as F
 
 from simpar.errors import SimparError
-from simpar.plan import Alloc, Collective, Compute, Free
+from simpar.plan import Alloc, Collective, Compute, Copy, Free
 from simpar.real.comm import CountingComm
 from simpar.real.model import build_model, synthetic_batch
 from simpar.scenario import Scenario
 from simpar.strategies import build_plan
 
-SUPPORTED = ("dp", "ddp", "zero1", "zero2", "zero3")
+SUPPORTED = ("dp", "ddp", "zero1", "zero2", "zero3", "zero2-offload", "zero3-offload")
 LEARNING_RATE = 1e-3
 
 
@@ -52,8 +52,10 @@ class RankExecutor:
         self.comm = CountingComm(ctx.rank)
         self.group = list(self.plan.grid.group(ctx.rank, "dp"))
         self.index = self.group.index(ctx.rank)
-        self.sharded = scenario.strategy.name in ("zero1", "zero2", "zero3")
-        self.grads_sharded = scenario.strategy.name in ("zero2", "zero3")
+        self.sharded = scenario.strategy.name != "ddp" and scenario.strategy.name != "dp"
+        self.grads_sharded = self.sharded and scenario.strategy.name != "zero1"
+        self.copied = 0  # offload bytes between "GPU" and "host" memory (both DRAM on a CPU run)
+        self.host_grads: dict[tuple[int, ...], torch.Tensor] = {}
         self.shards: dict[tuple[int, ...], torch.nn.Parameter] = {}
         self.shard_grads: dict[tuple[int, ...], torch.Tensor] = {}
         if self.sharded:
@@ -115,6 +117,8 @@ class RankExecutor:
                     self._collective(op)
                 elif isinstance(op, Compute) and op.phase == "step":
                     self._step()
+                elif isinstance(op, Copy):
+                    self._copy(op)
                 else:
                     raise SimparError(f"--compare-real: the executor cannot perform {op!r} yet")
         return self._mean_loss(loss_total)
@@ -151,10 +155,22 @@ class RankExecutor:
         else:
             raise SimparError(f"--compare-real: the executor cannot perform {op.op} of {op.payload} yet")
 
+    def _copy(self, op: Copy) -> None:
+        """Offload: reduced gradient shards down to the host, updated parameter shards back."""
+        if op.src == "gpu" and op.dst == "host" and op.payload == "grads":
+            moved = self.shard_grads.pop(op.units).clone()
+            self.host_grads[op.units] = self.host_grads.get(op.units, 0) + moved
+            self.copied += moved.numel() * moved.element_size()
+        elif op.src == "host" and op.dst == "gpu" and op.payload == "params":
+            self.copied += sum(shard.numel() * shard.element_size() for shard in self.shards.values())
+        else:
+            raise SimparError(f"--compare-real: the executor cannot copy {op.payload} {op.src}->{op.dst} yet")
+
     def _step(self) -> None:
         if self.sharded:
+            grads = self.host_grads if self.host_grads else self.shard_grads
             for units, shard in self.shards.items():
-                shard.grad = self.shard_grads.pop(units)
+                shard.grad = grads.pop(units)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.model.zero_grad(set_to_none=True)
@@ -164,14 +180,14 @@ def run_rank(ctx, scenario: Scenario, steps: int, seed: int) -> dict:
     torch.manual_seed(seed)
     executor = RankExecutor(ctx, scenario, seed)
     losses = [executor.step(step) for step in range(steps)]
-    if executor.scenario.strategy.name == "zero3":  # parameters stay sharded after the step: gather
+    if executor.scenario.strategy.name in ("zero3", "zero3-offload"):  # parameters stay sharded after the step: gather
         final = CountingComm(ctx.rank)  # them to report, outside the counted traffic
         for units, shard in executor.shards.items():
             numel = executor._flat(units, "data").numel()
             executor._unflatten_into(units, final.ring_all_gather(shard.detach(), numel, executor.group), "data")
     params = torch.cat([p.detach().reshape(-1) for p in executor.model.parameters()])
     return {"losses": losses, "params": params, "bytes_sent": executor.comm.sent,
-            "bytes_received": executor.comm.received}
+            "bytes_received": executor.comm.received, "offload_bytes": executor.copied}
 
 
 def single_process(scenario: Scenario, steps: int, seed: int) -> dict:

@@ -20,7 +20,7 @@ from simpar.strategies.work import Work
 def _grads_to_host(prog: Program, work: Work, op: int, units: tuple[int, ...], mb: int) -> int:
     n = len(prog.ranks)
     return prog.add(Copy, "copy", [op], src="gpu", dst="host", nbytes=work.w * work.params(units) // n,
-                    payload=f"grads of units {units[0]}..{units[-1]} mb{mb}")
+                    payload="grads", units=units)
 
 
 def _host_step(prog: Program, work: Work, last) -> int:

@@ -66,18 +66,26 @@ class Collective(Op):
 
 @dataclass(frozen=True, kw_only=True)
 class Send(Op):
-    """Point-to-point to the next or previous pipeline stage (same dp and tp index)."""
+    """Point-to-point to the next or previous pipeline stage (same dp and tp index): forward
+    sends the output of ``units``' last unit, backward the input gradient of their first."""
 
     peer: str  # next | prev
     nbytes: int
     tag: str
+    microbatch: int = 0
+    units: tuple[int, ...] = ()  # the model chunk the data leaves
 
 
 @dataclass(frozen=True, kw_only=True)
 class Recv(Op):
+    """The matching receive: the input of ``units``' first unit (forward) or the gradient of
+    their last unit's output (backward)."""
+
     peer: str
     nbytes: int
     tag: str
+    microbatch: int = 0
+    units: tuple[int, ...] = ()  # the model chunk the data enters
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -8,7 +8,7 @@ differences for near-zero gradients, so after 3 steps parameters agree to 1e-4 (
 import pytest
 import torch
 
-from simpar.models import model
+from simpar.models import ModelSpec, model
 from simpar.real.executor import run_rank, single_process
 from simpar.real.launch import launch
 from simpar.scenario import make_scenario
@@ -29,10 +29,34 @@ def test_strategy_trains_like_one_process_and_sends_the_simulated_bytes(strategy
                              optimizer=optimizer, topology="pcie", bucket_bytes=64 * 1024)
     ranks = launch(run_rank, world, (scenario, STEPS, 0), timeout=240)
     reference = single_process(scenario, STEPS, 0)
+    _check_training(ranks, reference, atol)
+    _check_bytes(scenario, ranks)
+
+
+def _check_training(ranks, reference, atol):
     for rank in ranks:
         assert rank["losses"] == pytest.approx(reference["losses"], rel=1e-5)
-        assert torch.allclose(rank["params"], reference["params"], rtol=0, atol=atol)
+        for unit, params in rank["params"].items():
+            assert torch.allclose(params, reference["params"][unit], rtol=0, atol=atol)
+    assert set().union(*(r["params"] for r in ranks)) == set(reference["params"])  # every unit checked
+
+
+def _check_bytes(scenario, ranks):
     simulated = simulate(scenario).ranks
     assert [r["bytes_sent"] for r in ranks] == [STEPS * r["bytes_sent"] for r in simulated]
     assert [r["bytes_received"] for r in ranks] == [STEPS * r["bytes_received"] for r in simulated]
     assert [r["offload_bytes"] for r in ranks] == [STEPS * r["offload_bytes"] for r in simulated]
+
+
+UNTIED = ModelSpec("tiny-untied", layers=4, hidden=64, heads=4, ffn=256, vocab=256, seq=32, positions=32,
+                   tied_embeddings=False)
+
+
+@pytest.mark.parametrize("schedule,world,v,dp", [("gpipe", 2, 1, 1), ("1f1b", 4, 1, 1), ("interleaved", 2, 2, 1),
+                                                 ("1f1b", 4, 1, 2)])
+def test_pipeline_trains_like_one_process_and_sends_the_simulated_bytes(schedule, world, v, dp):
+    scenario = make_scenario(UNTIED, "pp", world, dp=dp, micro_batch=2, microbatches=4, precision="fp32",
+                             optimizer="sgd", topology="pcie", schedule=schedule, virtual_stages=v)
+    ranks = launch(run_rank, world, (scenario, STEPS, 0), timeout=240)
+    _check_training(ranks, single_process(scenario, STEPS, 0), 1e-6)
+    _check_bytes(scenario, ranks)

@@ -43,6 +43,13 @@ class CountingComm:
         if request is not None:
             request.wait()
 
+    def isend(self, tensor: torch.Tensor, dst: int, payload: str = ""):
+        """A non-blocking send (pipeline stages): the caller waits on the returned request."""
+        nbytes = tensor.numel() * tensor.element_size()
+        self.sent += nbytes
+        self.by_payload[payload] += nbytes
+        return dist.isend(tensor, dst)
+
     def send(self, tensor: torch.Tensor, dst: int, payload: str = "") -> None:
         self._exchange(tensor, dst, None, -1, payload)
 

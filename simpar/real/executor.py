@@ -17,13 +17,13 @@ import torch
 import torch.nn.functional as F
 
 from simpar.errors import SimparError
-from simpar.plan import Alloc, Collective, Compute, Copy, Free
+from simpar.plan import Alloc, Collective, Compute, Copy, Free, Recv, Send
 from simpar.real.comm import CountingComm
 from simpar.real.model import build_model, synthetic_batch
 from simpar.scenario import Scenario
 from simpar.strategies import build_plan
 
-SUPPORTED = ("dp", "ddp", "zero1", "zero2", "zero3", "zero2-offload", "zero3-offload")
+SUPPORTED = ("dp", "ddp", "zero1", "zero2", "zero3", "zero2-offload", "zero3-offload", "pp")
 LEARNING_RATE = 1e-3
 
 
@@ -38,6 +38,9 @@ def check_supported(scenario: Scenario) -> None:
     if scenario.strategy.name not in SUPPORTED:
         raise SimparError(f"--compare-real: the executor performs {', '.join(SUPPORTED)} so far, "
                           f"not {scenario.strategy.name}")
+    if scenario.strategy.pp > 1 and scenario.model.tied_embeddings:
+        raise SimparError(f"--model: {scenario.model.name} ties its embedding and head, which the executor "
+                          "cannot split across pipeline stages yet; use an untied model")
     if scenario.train.precision != "fp32":
         raise SimparError("--precision: the CPU executor runs fp32 (use --precision fp32)")
 
@@ -51,9 +54,12 @@ class RankExecutor:
         self.unit_params = [list(unit.parameters()) for unit in self.model.units]
         self.comm = CountingComm(ctx.rank)
         self.group = list(self.plan.grid.group(ctx.rank, "dp"))
-        self.index = self.group.index(ctx.rank)
-        self.sharded = scenario.strategy.name != "ddp" and scenario.strategy.name != "dp"
-        self.grads_sharded = self.sharded and scenario.strategy.name != "zero1"
+        self.index = self.group.index(ctx.rank)  # this rank's share of the batch
+        self.sharded = any(isinstance(op, Collective) and op.op == "reducescatter" for op in self.program.ops)
+        self.grads_sharded = scenario.strategy.name in ("zero2", "zero3", "zero2-offload", "zero3-offload")
+        self.stage, self.dp_index, _ = self.plan.grid.coords(ctx.rank)
+        self.held = sorted({op.unit for op in self.program.ops if isinstance(op, Compute) and op.unit >= 0})
+        self.pending_sends: list = []
         self.copied = 0  # offload bytes between "GPU" and "host" memory (both DRAM on a CPU run)
         self.host_grads: dict[tuple[int, ...], torch.Tensor] = {}
         self.shards: dict[tuple[int, ...], torch.nn.Parameter] = {}
@@ -88,6 +94,7 @@ class RankExecutor:
         ids, targets = synthetic_batch(spec, train.global_batch, step, self.seed)
         inputs: dict = {}
         outputs: dict = {}
+        grad_out: dict = {}  # gradients of a chunk's output, received from the next stage
         loss_total = 0.0
         head = len(self.model.units) - 1
         for op in self.program.ops:
@@ -111,6 +118,8 @@ class RankExecutor:
                     out = outputs.pop((op.unit, op.microbatch))
                     if op.unit == head:
                         out.backward()
+                    elif (op.unit, op.microbatch) in grad_out:
+                        out.backward(grad_out.pop((op.unit, op.microbatch)))
                     else:
                         out.backward(inputs.pop((op.unit + 1, op.microbatch)).grad)
                 elif isinstance(op, Collective):
@@ -119,14 +128,35 @@ class RankExecutor:
                     self._step()
                 elif isinstance(op, Copy):
                     self._copy(op)
+                elif isinstance(op, (Send, Recv)):
+                    self._p2p(op, inputs, outputs, grad_out)
                 else:
                     raise SimparError(f"--compare-real: the executor cannot perform {op!r} yet")
+        for request in self.pending_sends:
+            request.wait()
+        self.pending_sends.clear()
         return self._mean_loss(loss_total)
 
     def _mean_loss(self, local: float) -> float:
         total = torch.tensor([local])
         torch.distributed.all_reduce(total)  # reporting only: not counted as the Plan's traffic
-        return float(total) / len(self.group)
+        return float(total) / self.plan.grid.dp
+
+    def _p2p(self, op, inputs: dict, outputs: dict, grad_out: dict) -> None:
+        """Activations forward and their gradients back between pipeline stages."""
+        peer = self.plan.grid.peer(self.ctx.rank, op.peer)
+        first, last, mb = op.units[0], op.units[-1], op.microbatch
+        train, spec = self.scenario.train, self.scenario.model
+        if isinstance(op, Recv):
+            buffer = torch.empty(train.micro_batch, spec.seq, spec.hidden)
+            self.comm.recv(buffer, peer, op.tag)
+            if op.tag.startswith("F"):
+                outputs[(first - 1, mb)] = buffer  # the chunk's first unit reads it as its input
+            else:
+                grad_out[(last, mb)] = buffer
+            return
+        tensor = outputs[(last, mb)].detach() if op.tag.startswith("F") else inputs.pop((first, mb)).grad
+        self.pending_sends.append(self.comm.isend(tensor.contiguous(), peer, op.tag))
 
     def _reduce(self, op: Collective, flat: torch.Tensor) -> torch.Tensor:
         if op.op == "allreduce":
@@ -185,7 +215,7 @@ def run_rank(ctx, scenario: Scenario, steps: int, seed: int) -> dict:
         for units, shard in executor.shards.items():
             numel = executor._flat(units, "data").numel()
             executor._unflatten_into(units, final.ring_all_gather(shard.detach(), numel, executor.group), "data")
-    params = torch.cat([p.detach().reshape(-1) for p in executor.model.parameters()])
+    params = {u: torch.cat([p.detach().reshape(-1) for p in executor.unit_params[u]]) for u in executor.held}
     return {"losses": losses, "params": params, "bytes_sent": executor.comm.sent,
             "bytes_received": executor.comm.received, "offload_bytes": executor.copied}
 
@@ -203,4 +233,5 @@ def single_process(scenario: Scenario, steps: int, seed: int) -> dict:
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         losses.append(float(loss.detach()))
-    return {"losses": losses, "params": torch.cat([p.detach().reshape(-1) for p in model.parameters()])}
+    return {"losses": losses, "params": {u: torch.cat([p.detach().reshape(-1) for p in unit.parameters()])
+                                         for u, unit in enumerate(model.units)}}

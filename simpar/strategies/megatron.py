@@ -69,7 +69,8 @@ def _tp_allreduce(prog: Program, work: Work, nbytes: int, deps, payload: str) ->
 
 
 def _forward(prog, work, units, mb, vs, virtual_stages, hidden_bytes, tp) -> int:
-    deps = [prog.add(Recv, "recv", peer="prev", nbytes=hidden_bytes, tag=f"F mb{mb} vs{vs}")] if vs > 0 else []
+    deps = [prog.add(Recv, "recv", peer="prev", nbytes=hidden_bytes, tag=f"F mb{mb} vs{vs}",
+                     microbatch=mb, units=tuple(units))] if vs > 0 else []
     for unit in units:
         u = work.units[unit]
         if u.activations:
@@ -82,14 +83,16 @@ def _forward(prog, work, units, mb, vs, virtual_stages, hidden_bytes, tp) -> int
             if tp > 1 and unit < work.num_units - 1:
                 deps = [_tp_allreduce(prog, work, hidden_bytes, deps, f"activations unit{unit} mb{mb}")]
     if vs < virtual_stages - 1:
-        prog.add(Send, "send", deps, peer="next", nbytes=hidden_bytes, tag=f"F mb{mb} vs{vs + 1}")
+        prog.add(Send, "send", deps, peer="next", nbytes=hidden_bytes, tag=f"F mb{mb} vs{vs + 1}",
+                 microbatch=mb, units=tuple(units))
     return deps[0]
 
 
 def _backward(prog, work, units, mb, vs, hidden_bytes, tp) -> int:
     last_unit = work.num_units - 1
     deps = [] if units[-1] == last_unit else [
-        prog.add(Recv, "recv", peer="next", nbytes=hidden_bytes, tag=f"B mb{mb} vs{vs}")]
+        prog.add(Recv, "recv", peer="next", nbytes=hidden_bytes, tag=f"B mb{mb} vs{vs}", microbatch=mb,
+                 units=tuple(units))]
     for unit in reversed(units):
         u = work.units[unit]
         if u.recompute_temp:
@@ -106,7 +109,8 @@ def _backward(prog, work, units, mb, vs, hidden_bytes, tp) -> int:
         if u.activations:
             prog.free("compute", "activations", u.activations, payload=f"unit{unit} mb{mb}")
     if vs > 0:
-        prog.add(Send, "send", deps, peer="prev", nbytes=hidden_bytes, tag=f"B mb{mb} vs{vs - 1}")
+        prog.add(Send, "send", deps, peer="prev", nbytes=hidden_bytes, tag=f"B mb{mb} vs{vs - 1}",
+                 microbatch=mb, units=tuple(units))
     return deps[0]
 
 

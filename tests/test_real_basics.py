@@ -97,3 +97,15 @@ def test_a_hanging_rank_is_killed_at_the_timeout_naming_rank_and_op():
         launch(probes.hanging_worker, 2, (1,), timeout=8)
     assert time.monotonic() - start < 8 + 15
     assert _children_of_this_process() == [] and multiprocessing.active_children() == []
+
+
+@pytest.mark.parametrize("strategy,kw,flag", [("tp", {}, "--compare-real"), ("ddp", {"precision": "bf16-mixed"},
+                                                                             "--precision")])
+def test_executor_refuses_what_it_cannot_perform_yet(strategy, kw, flag):
+    from simpar.models import model
+    from simpar.real.executor import check_supported
+    from simpar.scenario import make_scenario
+
+    kw = {"precision": "fp32", **kw}
+    with pytest.raises(SimparError, match=flag):
+        check_supported(make_scenario(model("tiny"), strategy, 2, **kw))

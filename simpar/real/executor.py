@@ -47,6 +47,7 @@ def check_supported(scenario: Scenario) -> None:
 
 class RankExecutor:
     def __init__(self, ctx, scenario: Scenario, seed: int):
+        check_supported(scenario)
         self.ctx, self.scenario, self.seed = ctx, scenario, seed
         self.plan = build_plan(scenario)
         self.program = self.plan.program_of(ctx.rank)

@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 
 STREAMS = ("compute", "comm", "send", "recv", "copy", "host")
 CATEGORIES = ("params", "grads", "optimizer", "activations", "buffers", "temporaries")
-GROUPS = ("dp", "tp", "pp")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,27 +64,22 @@ class Collective(Op):
 
 
 @dataclass(frozen=True, kw_only=True)
-class Send(Op):
-    """Point-to-point to the next or previous pipeline stage (same dp and tp index): forward
-    sends the output of ``units``' last unit, backward the input gradient of their first."""
-
-    peer: str  # next | prev
+class _PointToPoint(Op):
+    peer: str  # next | prev: the same (dp, tp) position on the neighbouring pipeline stage
     nbytes: int
-    tag: str
+    tag: str  # a Send and the Recv it feeds share a tag
     microbatch: int = 0
-    units: tuple[int, ...] = ()  # the model chunk the data leaves
+    units: tuple[int, ...] = ()  # the model chunk the data leaves (Send) or enters (Recv)
 
 
 @dataclass(frozen=True, kw_only=True)
-class Recv(Op):
-    """The matching receive: the input of ``units``' first unit (forward) or the gradient of
-    their last unit's output (backward)."""
+class Send(_PointToPoint):
+    """Forward: the output of ``units``' last unit; backward: the input gradient of their first."""
 
-    peer: str
-    nbytes: int
-    tag: str
-    microbatch: int = 0
-    units: tuple[int, ...] = ()  # the model chunk the data enters
+
+@dataclass(frozen=True, kw_only=True)
+class Recv(_PointToPoint):
+    """Forward: the input of ``units``' first unit; backward: the gradient of their last unit's output."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -13,8 +13,6 @@ deadlock whatever the world size.
 
 from __future__ import annotations
 
-from collections import Counter
-
 import torch
 import torch.distributed as dist
 
@@ -26,38 +24,34 @@ class CountingComm:
         self.rank = rank
         self.sent = 0
         self.received = 0
-        self.by_payload: Counter = Counter()
 
-    def _exchange(self, send: torch.Tensor | None, dst: int, recv: torch.Tensor | None, src: int,
-                  payload: str) -> None:
+    def _exchange(self, send: torch.Tensor | None, dst: int, recv: torch.Tensor | None, src: int) -> None:
         request = None
         if send is not None and send.numel():
             send = send.contiguous()
             request = dist.isend(send, dst)
             nbytes = send.numel() * send.element_size()
             self.sent += nbytes
-            self.by_payload[payload] += nbytes
         if recv is not None and recv.numel():
             dist.recv(recv, src)
             self.received += recv.numel() * recv.element_size()
         if request is not None:
             request.wait()
 
-    def isend(self, tensor: torch.Tensor, dst: int, payload: str = ""):
+    def isend(self, tensor: torch.Tensor, dst: int):
         """A non-blocking send (pipeline stages): the caller waits on the returned request."""
         nbytes = tensor.numel() * tensor.element_size()
         self.sent += nbytes
-        self.by_payload[payload] += nbytes
         return dist.isend(tensor, dst)
 
-    def send(self, tensor: torch.Tensor, dst: int, payload: str = "") -> None:
-        self._exchange(tensor, dst, None, -1, payload)
+    def send(self, tensor: torch.Tensor, dst: int) -> None:
+        self._exchange(tensor, dst, None, -1)
 
-    def recv(self, tensor: torch.Tensor, src: int, payload: str = "") -> None:
-        self._exchange(None, -1, tensor, src, payload)
+    def recv(self, tensor: torch.Tensor, src: int) -> None:
+        self._exchange(None, -1, tensor, src)
 
     # -- ring ---------------------------------------------------------------------------------
-    def ring_reduce_scatter(self, flat: torch.Tensor, group: list[int], payload: str = "") -> torch.Tensor:
+    def ring_reduce_scatter(self, flat: torch.Tensor, group: list[int]) -> torch.Tensor:
         """Sum ``flat`` over the group; returns this rank's reduced chunk (a copy). ``flat`` is
         used as scratch: its other chunks hold partial sums afterwards."""
         n, i = len(group), group.index(self.rank)
@@ -68,11 +62,11 @@ class CountingComm:
         for k in range(n - 1):
             out, into = (i - k - 1) % n, (i - k - 2) % n
             incoming = torch.empty_like(chunks[into])
-            self._exchange(chunks[out], right, incoming, left, payload)
+            self._exchange(chunks[out], right, incoming, left)
             chunks[into] += incoming
         return chunks[i].clone()
 
-    def ring_all_gather(self, mine: torch.Tensor, numel: int, group: list[int], payload: str = "") -> torch.Tensor:
+    def ring_all_gather(self, mine: torch.Tensor, numel: int, group: list[int]) -> torch.Tensor:
         """Gather every rank's chunk (``mine`` is chunk i of a ``numel``-element tensor)."""
         n, i = len(group), group.index(self.rank)
         out = torch.empty(numel, dtype=mine.dtype, device=mine.device)
@@ -80,27 +74,27 @@ class CountingComm:
         chunks[i].copy_(mine)
         right, left = group[(i + 1) % n], group[(i - 1) % n]
         for k in range(n - 1):
-            self._exchange(chunks[(i - k) % n], right, chunks[(i - k - 1) % n], left, payload)
+            self._exchange(chunks[(i - k) % n], right, chunks[(i - k - 1) % n], left)
         return out
 
-    def ring_all_reduce(self, flat: torch.Tensor, group: list[int], payload: str = "") -> torch.Tensor:
-        mine = self.ring_reduce_scatter(flat, group, payload)
-        return self.ring_all_gather(mine, flat.numel(), group, payload)
+    def ring_all_reduce(self, flat: torch.Tensor, group: list[int]) -> torch.Tensor:
+        mine = self.ring_reduce_scatter(flat, group)
+        return self.ring_all_gather(mine, flat.numel(), group)
 
     # -- Worker-Server ------------------------------------------------------------------------
-    def ps_all_reduce(self, flat: torch.Tensor, group: list[int], payload: str = "") -> torch.Tensor:
+    def ps_all_reduce(self, flat: torch.Tensor, group: list[int]) -> torch.Tensor:
         """Workers push to the server (the group's first rank), which sums and sends the sum back."""
         server = group[0]
         if self.rank != server:
-            self.send(flat, server, payload)
+            self.send(flat, server)
             result = torch.empty_like(flat)
-            self.recv(result, server, payload)
+            self.recv(result, server)
             return result
         total = flat.clone()
         incoming = torch.empty_like(flat)
         for worker in group[1:]:  # summed in rank order: the same result on every run
-            self.recv(incoming, worker, payload)
+            self.recv(incoming, worker)
             total += incoming
         for worker in group[1:]:
-            self.send(total, worker, payload)
+            self.send(total, worker)
         return total

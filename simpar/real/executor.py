@@ -57,9 +57,9 @@ class RankExecutor:
         self.group = list(self.plan.grid.group(ctx.rank, "dp"))
         self.index = self.group.index(ctx.rank)  # this rank's share of the batch
         self.sharded = any(isinstance(op, Collective) and op.op == "reducescatter" for op in self.program.ops)
-        self.grads_sharded = scenario.strategy.name in ("zero2", "zero3", "zero2-offload", "zero3-offload")
-        self.stage, self.dp_index, _ = self.plan.grid.coords(ctx.rank)
         self.held = sorted({op.unit for op in self.program.ops if isinstance(op, Compute) and op.unit >= 0})
+        self.grads_sharded = self._sharded_state("grads")  # so they live only as the reduced shard
+        self.params_sharded = self._sharded_state("params")  # then no rank holds the updated whole
         self.pending_sends: list = []
         self.copied = 0  # offload bytes between "GPU" and "host" memory (both DRAM on a CPU run)
         self.host_grads: dict[tuple[int, ...], torch.Tensor] = {}
@@ -73,6 +73,13 @@ class RankExecutor:
             self.optimizer = make_optimizer(scenario.train.optimizer, list(self.shards.values()))
         else:
             self.optimizer = make_optimizer(scenario.train.optimizer, self.model.parameters())
+
+    def _sharded_state(self, category: str) -> bool:
+        """Whether the Plan keeps this model state as a shard: it allocates less than the whole."""
+        whole = self.scenario.train.weight_bytes * sum(p.numel() for u in self.held for p in self.unit_params[u])
+        held = sum(op.nbytes for op in self.program.ops
+                   if isinstance(op, Alloc) and op.category == category and op.payload == "model states")
+        return held < whole
 
     def _flat(self, units, what: str) -> torch.Tensor:
         tensors = [getattr(p, what) for u in units for p in self.unit_params[u]]
@@ -150,21 +157,21 @@ class RankExecutor:
         train, spec = self.scenario.train, self.scenario.model
         if isinstance(op, Recv):
             buffer = torch.empty(train.micro_batch, spec.seq, spec.hidden)
-            self.comm.recv(buffer, peer, op.tag)
+            self.comm.recv(buffer, peer)
             if op.tag.startswith("F"):
                 outputs[(first - 1, mb)] = buffer  # the chunk's first unit reads it as its input
             else:
                 grad_out[(last, mb)] = buffer
             return
         tensor = outputs[(last, mb)].detach() if op.tag.startswith("F") else inputs.pop((first, mb)).grad
-        self.pending_sends.append(self.comm.isend(tensor.contiguous(), peer, op.tag))
+        self.pending_sends.append(self.comm.isend(tensor.contiguous(), peer))
 
     def _reduce(self, op: Collective, flat: torch.Tensor) -> torch.Tensor:
         if op.op == "allreduce":
             if op.algo == "ps":
-                return self.comm.ps_all_reduce(flat, self.group, op.payload)
-            return self.comm.ring_all_reduce(flat, self.group, op.payload)
-        return self.comm.ring_reduce_scatter(flat, self.group, op.payload)
+                return self.comm.ps_all_reduce(flat, self.group)
+            return self.comm.ring_all_reduce(flat, self.group)
+        return self.comm.ring_reduce_scatter(flat, self.group)
 
     def _collective(self, op: Collective) -> None:
         if op.algo not in ("ring", "ps", None):
@@ -181,7 +188,7 @@ class RankExecutor:
                         p.grad = None
         elif op.op == "allgather" and op.payload == "params":
             full = self.comm.ring_all_gather(self.shards[op.units].detach(), self._flat(op.units, "data").numel(),
-                                             self.group, op.payload)
+                                             self.group)
             self._unflatten_into(op.units, full, "data")
         else:
             raise SimparError(f"--compare-real: the executor cannot perform {op.op} of {op.payload} yet")
@@ -211,7 +218,7 @@ def run_rank(ctx, scenario: Scenario, steps: int, seed: int) -> dict:
     torch.manual_seed(seed)
     executor = RankExecutor(ctx, scenario, seed)
     losses = [executor.step(step) for step in range(steps)]
-    if executor.scenario.strategy.name in ("zero3", "zero3-offload"):  # parameters stay sharded after the step: gather
+    if executor.params_sharded:  # parameters stay sharded after the step: gather
         final = CountingComm(ctx.rank)  # them to report, outside the counted traffic
         for units, shard in executor.shards.items():
             numel = executor._flat(units, "data").numel()

@@ -30,7 +30,6 @@ class Work:
 
     def __init__(self, scenario: Scenario):
         model, train, spec = scenario.model, scenario.train, scenario.strategy
-        self.scenario = scenario
         self.w = train.weight_bytes  # bytes per weight and per gradient element
         self.k = train.optimizer_bytes
         self.layers = model.layers

@@ -6,8 +6,11 @@ bytes per parameter (mixed-precision Adam: w = 2, K = 12):
     zero1:          params wΦ    grads wΦ    optimizer KΦ/N
     zero2:          params wΦ    grads wΦ/N  optimizer KΦ/N
     zero3:          params wΦ/N  grads wΦ/N  optimizer KΦ/N
-*-offload keeps the (sharded) optimizer states in host memory instead; zero3-infinity keeps the
-parameter and optimizer shards on NVMe. Activations are added by the caller from the ModelSpec.
+*-offload keeps the (sharded) optimizer states in host memory instead, beside the gradient shard
+copied down for the CPU's step (wΦ/N) and, in fp32 where K holds no master copy, the CPU's own
+copy of the parameter shard (4Φ/N); zero3-infinity keeps the parameter and optimizer shards on
+NVMe (the gradient shard still lands in host memory). Activations are added by the caller from
+the ModelSpec.
 """
 
 from __future__ import annotations
@@ -53,8 +56,10 @@ def model_states(strategy: str, params: int, dp: int, train: TrainSpec = TrainSp
     p = w * params / (dp if shard_params else 1)
     g = w * params / (dp if shard_grads else 1)
     o = k * params / (dp if shard_opt else 1)
+    host_grads = w * params / dp  # the reduced gradient shard, copied down for the CPU's step
     if strategy.endswith("-offload"):
-        return Memory(p, g, 0.0, host=o)
+        host_params = 0 if train.mixed else 4 * params / dp
+        return Memory(p, g, 0.0, host=o + host_grads + host_params)
     if strategy == "zero3-infinity":  # parameters and optimizer states live on NVMe
-        return Memory(0.0, g, 0.0, nvme=o + p)
+        return Memory(0.0, g, 0.0, host=host_grads, nvme=o + p)
     return Memory(p, g, o)

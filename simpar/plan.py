@@ -99,6 +99,7 @@ class Alloc(Op):
     nbytes: int
     memory: str = "gpu"  # gpu | host | nvme
     payload: str = ""
+    units: tuple[int, ...] = ()  # the model units whose parameters or gradients these bytes hold
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -107,6 +108,7 @@ class Free(Op):
     nbytes: int
     memory: str = "gpu"
     payload: str = ""
+    units: tuple[int, ...] = ()
 
 
 @dataclass
@@ -123,12 +125,14 @@ class Program:
         return op_id
 
     def alloc(self, stream: str, category: str, nbytes: float, memory: str = "gpu", payload: str = "",
-              deps=()) -> int:
-        return self.add(Alloc, stream, deps, category=category, nbytes=int(nbytes), memory=memory, payload=payload)
+              deps=(), units: tuple[int, ...] = ()) -> int:
+        return self.add(Alloc, stream, deps, category=category, nbytes=int(nbytes), memory=memory, payload=payload,
+                        units=units)
 
     def free(self, stream: str, category: str, nbytes: float, memory: str = "gpu", payload: str = "",
-             deps=()) -> int:
-        return self.add(Free, stream, deps, category=category, nbytes=int(nbytes), memory=memory, payload=payload)
+             deps=(), units: tuple[int, ...] = ()) -> int:
+        return self.add(Free, stream, deps, category=category, nbytes=int(nbytes), memory=memory, payload=payload,
+                        units=units)
 
     def stream(self, name: str) -> Iterator[Op]:
         return (op for op in self.ops if op.stream == name)

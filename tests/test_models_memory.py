@@ -60,7 +60,10 @@ def test_model_states_follow_the_zero_formulas(n):
 def test_offload_moves_the_optimizer_to_the_host():
     phi, n = 10**9, 4
     on_gpu, offloaded = model_states("zero2", phi, n), model_states("zero2-offload", phi, n)
-    assert offloaded.optimizer == 0 and offloaded.host == on_gpu.optimizer == 12 * phi / n
+    # the host holds the optimizer states plus the 16-bit gradient shard copied down for the CPU's step
+    assert offloaded.optimizer == 0 and offloaded.host == on_gpu.optimizer + 2 * phi / n == 14 * phi / n
+    fp32 = model_states("zero2-offload", phi, n, TrainSpec(precision="fp32"))
+    assert fp32.host == (8 + 4 + 4) * phi / n  # m and v, the fp32 gradient shard, the CPU's parameter copy
 
 
 def test_precision_and_optimizer_change_the_bytes_per_parameter():

@@ -107,7 +107,8 @@ def test_offload_moves_optimizer_to_host_and_adds_pcie_time():
     zero2, offload = run("zero2", n, m=gpt2), run("zero2-offload", n, m=gpt2)
     assert zero2.ranks[0]["memory"]["optimizer"] == 12 * gpt2.params // n
     assert offload.ranks[0]["memory"]["optimizer"] == 0
-    assert offload.ranks[0]["memory"]["host"] == 12 * gpt2.params // n
+    # Adam's fp32 master, m and v, and the 16-bit gradient shard copied down (ZeRO-Offload's 14 bytes)
+    assert offload.ranks[0]["memory"]["host"] == (12 + 2) * gpt2.params // n
     assert zero2.breakdown["offload"] == 0 and offload.breakdown["offload"] > 0
     # gradient shards down and new parameter shards up: 2 bytes each way per parameter of the shard
     assert offload.ranks[0]["offload_bytes"] == 2 * (W * gpt2.params // n)
@@ -116,9 +117,11 @@ def test_offload_moves_optimizer_to_host_and_adds_pcie_time():
 def test_tensor_parallel_traffic_is_four_allreduces_per_layer():
     b, t = 2, 4
     result = run("tp", t, micro_batch=b)
-    activation = b * TINY.seq * TINY.hidden * W
-    per_allreduce = 2 * (t - 1) * activation // t  # ring all-reduce, bytes each rank sends
-    assert result.ranks[0]["bytes_sent"] == (4 * TINY.layers + 1) * per_allreduce  # + the embedding's
+    tokens = b * TINY.seq
+    ring = 2 * (t - 1) / t  # of a ring all-reduce's bytes, each rank sends this share
+    hidden = 4 * TINY.layers + 2  # + the embedding's output and the head's input gradient
+    cross_entropy = 4 * tokens + 8 * tokens  # fp32 maxima, then sums of exp and target logits
+    assert result.ranks[0]["bytes_sent"] == ring * (hidden * tokens * TINY.hidden * W + cross_entropy)
 
 
 # -- pipelines: equal stages (no vocabulary to speak of), free communication ------------------

@@ -77,6 +77,19 @@ class ModelSpec:
     def layer_params(self) -> int:
         return self.layer_weights() + self._layer_biases() + 2 * self._norm_params()
 
+    def layer_params_per_tp_rank(self, tp: int) -> int:
+        """A layer's parameters on one of ``tp`` tensor-parallel ranks (Megatron): weight matrices and
+        the column-parallel biases (Q, K, V, MLP up/gate) split; the row-parallel biases (O, MLP down,
+        added after the all-reduce) and the norms whole on every rank."""
+        row_biases = 2 * self.hidden if self.bias else 0
+        split = self.layer_weights() + self._layer_biases() - row_biases
+        return split // tp + row_biases + 2 * self._norm_params()
+
+    def vocab_per_tp_rank(self, tp: int) -> int:
+        """Rows of the vocabulary-parallel embedding (and head) per rank; Megatron pads the vocabulary
+        up to a multiple of tp."""
+        return -(-self.vocab // tp)
+
     def embedding_params(self) -> int:
         return self.vocab * self.hidden + self.positions * self.hidden
 

@@ -51,9 +51,9 @@ class CountingComm:
         self._exchange(None, -1, tensor, src)
 
     # -- ring ---------------------------------------------------------------------------------
-    def ring_reduce_scatter(self, flat: torch.Tensor, group: list[int]) -> torch.Tensor:
-        """Sum ``flat`` over the group; returns this rank's reduced chunk (a copy). ``flat`` is
-        used as scratch: its other chunks hold partial sums afterwards."""
+    def ring_reduce_scatter(self, flat: torch.Tensor, group: list[int], op: str = "sum") -> torch.Tensor:
+        """Reduce ``flat`` over the group (``op`` sum or max); returns this rank's reduced chunk (a
+        copy). ``flat`` is used as scratch: its other chunks hold partial results afterwards."""
         n, i = len(group), group.index(self.rank)
         chunks = list(torch.tensor_split(flat, n))
         if n == 1:
@@ -63,7 +63,10 @@ class CountingComm:
             out, into = (i - k - 1) % n, (i - k - 2) % n
             incoming = torch.empty_like(chunks[into])
             self._exchange(chunks[out], right, incoming, left)
-            chunks[into] += incoming
+            if op == "max":
+                torch.maximum(chunks[into], incoming, out=chunks[into])
+            else:
+                chunks[into] += incoming
         return chunks[i].clone()
 
     def ring_all_gather(self, mine: torch.Tensor, numel: int, group: list[int]) -> torch.Tensor:
@@ -77,8 +80,8 @@ class CountingComm:
             self._exchange(chunks[(i - k) % n], right, chunks[(i - k - 1) % n], left)
         return out
 
-    def ring_all_reduce(self, flat: torch.Tensor, group: list[int]) -> torch.Tensor:
-        mine = self.ring_reduce_scatter(flat, group)
+    def ring_all_reduce(self, flat: torch.Tensor, group: list[int], op: str = "sum") -> torch.Tensor:
+        mine = self.ring_reduce_scatter(flat, group, op)
         return self.ring_all_gather(mine, flat.numel(), group)
 
     # -- Worker-Server ------------------------------------------------------------------------

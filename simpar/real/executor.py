@@ -13,6 +13,8 @@ reduce-scattered after), but the full parameters stay allocated between uses.
 
 from __future__ import annotations
 
+from collections import defaultdict
+
 import torch
 import torch.nn.functional as F
 
@@ -20,10 +22,11 @@ from simpar.errors import SimparError
 from simpar.plan import Alloc, Collective, Compute, Copy, Free, Recv, Send
 from simpar.real.comm import CountingComm
 from simpar.real.model import build_model, synthetic_batch
+from simpar.real.tensor_parallel import TensorParallelModel, gather_full_parameters
 from simpar.scenario import Scenario
 from simpar.strategies import build_plan
 
-SUPPORTED = ("dp", "ddp", "zero1", "zero2", "zero3", "zero2-offload", "zero3-offload", "pp")
+SUPPORTED = ("dp", "ddp", "zero1", "zero2", "zero3", "zero2-offload", "zero3-offload", "pp", "tp", "3d")
 LEARNING_RATE = 1e-3
 
 
@@ -41,6 +44,9 @@ def check_supported(scenario: Scenario) -> None:
     if scenario.strategy.pp > 1 and scenario.model.tied_embeddings:
         raise SimparError(f"--model: {scenario.model.name} ties its embedding and head, which the executor "
                           "cannot split across pipeline stages yet; use an untied model")
+    if scenario.strategy.tp > 1 and scenario.model.vocab % scenario.strategy.tp:
+        raise SimparError(f"--tp: the executor splits {scenario.model.name}'s vocabulary of {scenario.model.vocab} "
+                          f"evenly, which tp {scenario.strategy.tp} does not divide")
     if scenario.train.precision != "fp32":
         raise SimparError("--precision: the CPU executor runs fp32 (use --precision fp32)")
 
@@ -52,6 +58,11 @@ class RankExecutor:
         self.plan = build_plan(scenario)
         self.program = self.plan.program_of(ctx.rank)
         self.model = build_model(scenario.model, seed)
+        grid = self.plan.grid
+        self.tp_group = list(grid.group(ctx.rank, "tp"))
+        if grid.tp > 1:  # this rank's slice of the same seeded model
+            self.model = TensorParallelModel(self.model, self.tp_group.index(ctx.rank), grid.tp)
+        self.reduction = None  # TP: the partial result the Plan's next TP all-reduce sums
         self.unit_params = [list(unit.parameters()) for unit in self.model.units]
         self.comm = CountingComm(ctx.rank)
         self.group = list(self.plan.grid.group(ctx.rank, "dp"))
@@ -104,32 +115,20 @@ class RankExecutor:
         outputs: dict = {}
         grad_out: dict = {}  # gradients of a chunk's output, received from the next stage
         loss_total = 0.0
-        head = len(self.model.units) - 1
+        pieces: dict = defaultdict(int)  # (unit, micro-batch, phase) -> compute ops seen (TP: halves)
         for op in self.program.ops:
             with self.ctx.op(f"step {step} op {op.id} {type(op).__name__} {getattr(op, 'phase', '')}"
                              f"{getattr(op, 'op', '')} unit {getattr(op, 'unit', getattr(op, 'units', ''))}"):
                 if isinstance(op, (Alloc, Free)):
                     continue
-                if isinstance(op, Compute) and op.phase == "fwd":
+                if isinstance(op, Compute) and op.phase in ("fwd", "bwd"):
+                    half = pieces[(op.unit, op.microbatch, op.phase)]
+                    pieces[(op.unit, op.microbatch, op.phase)] += 1
                     rows = slice((self.index * m + op.microbatch) * b, (self.index * m + op.microbatch + 1) * b)
-                    if op.unit == 0:
-                        x = ids[rows]
+                    if op.phase == "fwd":
+                        loss_total += self._forward(op, half, ids[rows], targets[rows], inputs, outputs)
                     else:
-                        x = outputs[(op.unit - 1, op.microbatch)].detach().requires_grad_()
-                    inputs[(op.unit, op.microbatch)] = x
-                    out = self.model.units[op.unit](x)
-                    if op.unit == head:  # mean over the micro-batch, scaled to the step's mean
-                        out = F.cross_entropy(out.float().reshape(-1, out.shape[-1]), targets[rows].reshape(-1)) / m
-                        loss_total += float(out.detach())
-                    outputs[(op.unit, op.microbatch)] = out
-                elif isinstance(op, Compute) and op.phase == "bwd":
-                    out = outputs.pop((op.unit, op.microbatch))
-                    if op.unit == head:
-                        out.backward()
-                    elif (op.unit, op.microbatch) in grad_out:
-                        out.backward(grad_out.pop((op.unit, op.microbatch)))
-                    else:
-                        out.backward(inputs.pop((op.unit + 1, op.microbatch)).grad)
+                        self._backward(op, half, inputs, outputs, grad_out)
                 elif isinstance(op, Collective):
                     self._collective(op)
                 elif isinstance(op, Compute) and op.phase == "step":
@@ -143,12 +142,49 @@ class RankExecutor:
         for request in self.pending_sends:
             request.wait()
         self.pending_sends.clear()
+        if isinstance(self.model, TensorParallelModel):
+            loss_total, self.model.loss_total = self.model.loss_total, 0.0
         return self._mean_loss(loss_total)
+
+    def _forward(self, op: Compute, half: int, ids, targets, inputs: dict, outputs: dict) -> float:
+        """Forward of one unit (TP: one piece of it) on one micro-batch; returns its share of the loss."""
+        key, m = (op.unit, op.microbatch), self.scenario.microbatches
+        if half == 0:
+            inputs[key] = ids if op.unit == 0 else outputs[(op.unit - 1, op.microbatch)].detach().requires_grad_()
+        if isinstance(self.model, TensorParallelModel):
+            self.reduction = self.model.forward_piece(op.unit, op.microbatch, half, inputs[key], targets, 1 / m,
+                                                      outputs)
+            return 0.0
+        out = self.model.units[op.unit](inputs[key])
+        if op.unit == len(self.model.units) - 1:  # mean over the micro-batch, scaled to the step's mean
+            out = F.cross_entropy(out.float().reshape(-1, out.shape[-1]), targets.reshape(-1)) / m
+            outputs[key] = out
+            return float(out.detach())
+        outputs[key] = out
+        return 0.0
+
+    def _backward(self, op: Compute, half: int, inputs: dict, outputs: dict, grad_out: dict) -> None:
+        key, head = (op.unit, op.microbatch), op.unit == len(self.model.units) - 1
+        grad = None
+        if half == 0 and not head:  # the gradient of this unit's output: from the next stage or unit
+            grad = grad_out.pop(key) if key in grad_out else inputs.pop((op.unit + 1, op.microbatch)).grad
+        if isinstance(self.model, TensorParallelModel):
+            self.reduction = self.model.backward_piece(op.unit, op.microbatch, half, grad)
+            return
+        outputs.pop(key).backward(grad)
+
+    def _tensor_parallel_allreduce(self) -> None:
+        """Sum (or max) the pending partial result over the TP group; its continuation may leave
+        the next one (the cross-entropy's maxima, then sums)."""
+        reduction, self.reduction = self.reduction, None
+        flat = reduction.tensor.reshape(-1).clone()
+        total = self.comm.ring_all_reduce(flat, self.tp_group, reduction.op).view_as(reduction.tensor)
+        self.reduction = reduction.then(total)
 
     def _mean_loss(self, local: float) -> float:
         total = torch.tensor([local])
         torch.distributed.all_reduce(total)  # reporting only: not counted as the Plan's traffic
-        return float(total) / self.plan.grid.dp
+        return float(total) / (self.plan.grid.dp * self.plan.grid.tp)  # every TP rank holds the loss
 
     def _p2p(self, op, inputs: dict, outputs: dict, grad_out: dict) -> None:
         """Activations forward and their gradients back between pipeline stages."""
@@ -174,6 +210,8 @@ class RankExecutor:
         return self.comm.ring_reduce_scatter(flat, self.group)
 
     def _collective(self, op: Collective) -> None:
+        if op.group == "tp":
+            return self._tensor_parallel_allreduce()
         if op.algo not in ("ring", "ps", None):
             raise SimparError(f"--algo: the executor performs ring and ps collectives, not {op.algo}")
         n = len(self.group)
@@ -223,7 +261,11 @@ def run_rank(ctx, scenario: Scenario, steps: int, seed: int) -> dict:
         for units, shard in executor.shards.items():
             numel = executor._flat(units, "data").numel()
             executor._unflatten_into(units, final.ring_all_gather(shard.detach(), numel, executor.group), "data")
-    params = {u: torch.cat([p.detach().reshape(-1) for p in executor.unit_params[u]]) for u in executor.held}
+    if isinstance(executor.model, TensorParallelModel):
+        whole = gather_full_parameters(executor.model, CountingComm(ctx.rank), executor.tp_group)
+        params = {u: whole[u] for u in executor.held}
+    else:
+        params = {u: torch.cat([p.detach().reshape(-1) for p in executor.unit_params[u]]) for u in executor.held}
     return {"losses": losses, "params": params, "bytes_sent": executor.comm.sent,
             "bytes_received": executor.comm.received, "offload_bytes": executor.copied}
 

@@ -47,6 +47,10 @@ class Block(nn.Module):
         self.down = nn.Linear(f, h, bias)
 
     def attention(self, x: torch.Tensor) -> torch.Tensor:
+        return self.o(self.heads_output(x))
+
+    def heads_output(self, x: torch.Tensor) -> torch.Tensor:
+        """Attention up to (not including) the output projection: (b, s, heads x head_dim)."""
         b, s, _ = x.shape
         q = self.q(x).view(b, s, self.heads, self.head_dim).transpose(1, 2)
         k = self.k(x).view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
@@ -55,12 +59,16 @@ class Block(nn.Module):
             k = k.repeat_interleave(self.heads // self.kv_heads, dim=1)
             v = v.repeat_interleave(self.heads // self.kv_heads, dim=1)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.o(y.transpose(1, 2).reshape(b, s, -1))
+        return y.transpose(1, 2).reshape(b, s, -1)
 
     def mlp(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(self.mlp_hidden(x))
+
+    def mlp_hidden(self, x: torch.Tensor) -> torch.Tensor:
+        """The MLP up to (not including) its down projection."""
         if self.swiglu:
-            return self.down(F.silu(self.gate(x)) * self.up(x))
-        return self.down(F.gelu(self.up(x), approximate="tanh"))
+            return F.silu(self.gate(x)) * self.up(x)
+        return F.gelu(self.up(x), approximate="tanh")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attention(self.norm1(x))

@@ -4,7 +4,10 @@ parallelism (dp) across copies of the pipeline, with ZeRO-1 across the DP group.
 Tensor parallelism (Shoeybi et al. 2019): attention heads and the MLP's ffn columns split t ways,
 so each layer runs t times fewer FLOPs per rank but needs two all-reduces of its b·s·h output in
 forward (after attention, after the MLP) and two of the input gradients in backward; the
-vocabulary-parallel embedding adds one in forward. They sit on the critical path: compute waits.
+vocabulary-parallel embedding adds one in forward, the vocabulary-parallel head one of its input
+gradient in backward and two small ones (b·s fp32 maxima, then 2·b·s fp32 sums) for the
+cross-entropy. They sit on the critical path: compute waits. Replicated norms and biases see the
+same all-reduced inputs and gradients on every TP rank, so they need no communication.
 
 Pipeline parallelism: each stage is one Program (its dp x tp ranks are identical); activations
 go forward and their gradients back with Send/Recv, in the order of the chosen schedule.
@@ -57,10 +60,7 @@ def build(scenario: Scenario) -> Plan:
         else:
             work.gpu_step(prog, params, deps=[last])
         programs.append(prog)
-    plan = Plan(spec.name, grid, programs)
-    if spec.tp > 1:
-        plan.notes.append("tp: norms and biases are replicated; their small gradient all-reduce is not modelled")
-    return plan
+    return Plan(spec.name, grid, programs)
 
 
 def _tp_allreduce(prog: Program, work: Work, nbytes: int, deps, payload: str) -> int:
@@ -82,6 +82,11 @@ def _forward(prog, work, units, mb, vs, virtual_stages, hidden_bytes, tp) -> int
             deps = [op]
             if tp > 1 and unit < work.num_units - 1:
                 deps = [_tp_allreduce(prog, work, hidden_bytes, deps, f"activations unit{unit} mb{mb}")]
+            elif tp > 1:  # vocabulary-parallel cross-entropy: the logits' max, then the sums of
+                tokens = hidden_bytes // (work.w * work.hidden)  # exp and of the target's logit
+                for payload, nbytes in (("logits max", 4 * tokens), ("cross-entropy sums", 8 * tokens)):
+                    deps = [prog.add(Collective, "comm", deps, op="allreduce", group="tp", nbytes=nbytes,
+                                     algo="ring", payload=f"{payload} mb{mb}", itemsize=4)]
     if vs < virtual_stages - 1:
         prog.add(Send, "send", deps, peer="next", nbytes=hidden_bytes, tag=f"F mb{mb} vs{vs + 1}",
                  microbatch=mb, units=tuple(units))
@@ -98,11 +103,11 @@ def _backward(prog, work, units, mb, vs, hidden_bytes, tp) -> int:
         if u.recompute_temp:
             prog.alloc("compute", "temporaries", u.recompute_temp, payload=f"recompute unit{unit} mb{mb}")
         halves = 2 if (tp > 1 and 0 < unit < last_unit) else 1
-        for half in range(halves):  # MLP then attention, each ending in an input-gradient all-reduce
-            op = prog.add(Compute, "compute", deps, phase="bwd", unit=unit, microbatch=mb,
+        for half in range(halves):  # MLP then attention (or the head), each ending in an input-gradient
+            op = prog.add(Compute, "compute", deps, phase="bwd", unit=unit, microbatch=mb,  # all-reduce
                           flops=u.bwd_flops / halves, bytes=u.bwd_bytes / halves)
             deps = [op]
-            if halves == 2:
+            if tp > 1 and unit > 0:
                 deps = [_tp_allreduce(prog, work, hidden_bytes, deps, f"input grads unit{unit} mb{mb}")]
         if u.recompute_temp:
             prog.free("compute", "temporaries", u.recompute_temp, payload=f"recompute unit{unit} mb{mb}")

@@ -17,6 +17,15 @@ from simpar.strategies import zero, zero3
 from simpar.strategies.work import Work
 
 
+def host_states(prog: Program, work: Work, scenario: Scenario, with_params: bool = True) -> None:
+    """What the CPU's step keeps in host memory besides the optimizer states: the gradient shard
+    copied down and, in fp32 (where K holds no master copy), its own copy of the parameter shard."""
+    n, phi = len(prog.ranks), work.params(range(work.num_units))
+    prog.alloc("compute", "grads", work.w * phi / n, memory="host", payload="model states")
+    if with_params and not scenario.train.mixed:
+        prog.alloc("compute", "params", 4 * phi / n, memory="host", payload="model states")
+
+
 def _grads_to_host(prog: Program, work: Work, op: int, units: tuple[int, ...], mb: int) -> int:
     n = len(prog.ranks)
     return prog.add(Copy, "copy", [op], src="gpu", dst="host", nbytes=work.w * work.params(units) // n,
@@ -37,13 +46,15 @@ def build_zero2(scenario: Scenario) -> Plan:
     prog = Program(tuple(range(n)), name="all ranks")
     phi = work.params(range(work.num_units))
     work.static(prog, work.w * phi, work.w * phi / n, work.k * phi / n, optimizer_memory="host")
+    host_states(prog, work, scenario)
     copies = zero.reduce_gradients(prog, work, scenario, sharded_grads=True, after_reduce=_grads_to_host)
     zero.gather_parameters(prog, work, spec, _host_step(prog, work, copies))
     return Plan(spec.name, Grid(dp=n), [prog])
 
 
 def build_zero3(scenario: Scenario) -> Plan:
-    return zero3.build(scenario, after_reduce=_grads_to_host, optimizer_memory="host", step=_host_step)
+    return zero3.build(scenario, after_reduce=_grads_to_host, optimizer_memory="host", step=_host_step,
+                       host_states=host_states)
 
 
 def _params_from_nvme(prog: Program, work: Work, unit: int, mb: int, deps) -> int:
@@ -67,4 +78,5 @@ def _nvme_step(prog: Program, work: Work, last) -> int:
 
 def build_infinity(scenario: Scenario) -> Plan:
     return zero3.build(scenario, before_gather=_params_from_nvme, after_reduce=_grads_to_host,
-                       params_memory="nvme", optimizer_memory="nvme", step=_nvme_step)
+                       params_memory="nvme", optimizer_memory="nvme", step=_nvme_step,
+                       host_states=lambda prog, work, scenario: host_states(prog, work, scenario, False))

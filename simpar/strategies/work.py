@@ -2,8 +2,9 @@
 
 Shared by every strategy so they differ only in how they shard, gather and schedule.
 Unit 0 is the embedding, 1..L the layers, L+1 the final norm and output head (plan.py).
-With tensor parallelism t, weight matrices are split t ways (the embedding and head along the
-vocabulary, as Megatron does); biases and norms are kept whole on every TP rank.
+With tensor parallelism t, weight matrices and column-parallel biases are split t ways (the
+embedding and head along the vocabulary, padded to a multiple of t, as Megatron does); the
+row-parallel biases and the norms are kept whole on every TP rank.
 """
 
 from __future__ import annotations
@@ -32,26 +33,27 @@ class Work:
         model, train, spec = scenario.model, scenario.train, scenario.strategy
         self.w = train.weight_bytes  # bytes per weight and per gradient element
         self.k = train.optimizer_bytes
-        self.layers = model.layers
+        self.layers, self.hidden = model.layers, model.hidden
         b, s, h, t = train.micro_batch, model.seq, model.hidden, spec.tp
         act_scale = self.w / 2  # Korthikanti's counts assume 16-bit activations
         token_bytes = s * b * h * self.w  # one hidden-state tensor of the micro-batch
 
-        embedding = UnitWork(model.vocab * h // t + model.positions * h, 0.0, 0.0,
+        vocab = model.vocab_per_tp_rank(t)
+        embedding = UnitWork(vocab * h + model.positions * h, 0.0, 0.0,
                              2 * token_bytes, 2 * token_bytes, 0.0, 0.0)
         kept = model.layer_activation_bytes(b, spec.recompute, spec.flash_attention, t) * act_scale
         full = model.layer_activation_bytes(b, "none", spec.flash_attention, t) * act_scale
         fwd = model.layer_forward_flops(b) / t
         extra = {"none": 0.0, "full": fwd, "selective": 4.0 * b * s * s * h / t}[spec.recompute]
-        layer_params = model.layer_weights() // t + model.layer_params() - model.layer_weights()
+        layer_params = model.layer_params_per_tp_rank(t)
         layer = UnitWork(layer_params, fwd, 2 * fwd + extra, layer_params * self.w + full,
                          2 * (layer_params * self.w + full), kept, full - kept)
-        head_params = model.head_params() // t + (model.params - model.embedding_params()
-                                                   - model.layers * model.layer_params() - model.head_params())
-        logits = 4.0 * b * s * model.vocab / t  # fp32 logits kept for the cross-entropy backward
+        final_norm = model.params - model.embedding_params() - model.layers * model.layer_params() - model.head_params()
+        head_params = (0 if model.tied_embeddings else vocab * h) + final_norm
+        logits = 4.0 * b * s * vocab  # fp32 logits kept for the cross-entropy backward
         head_fwd = model.head_forward_flops(b) / t
-        head = UnitWork(head_params, head_fwd, 2 * head_fwd, model.vocab * h // t * self.w + logits,
-                        2 * (model.vocab * h // t * self.w + logits), logits, 0.0)
+        head = UnitWork(head_params, head_fwd, 2 * head_fwd, vocab * h * self.w + logits,
+                        2 * (vocab * h * self.w + logits), logits, 0.0)
         self.units = [embedding] + [layer] * model.layers + [head]
 
     @property

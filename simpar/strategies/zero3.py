@@ -25,6 +25,7 @@ class _Hooks:
     before_gather: object = None  # (prog, work, unit, mb, deps) -> op
     after_reduce: object = None  # (prog, work, reduce_op, units, mb) -> op
     step: object = None  # (prog, work, last_ops) -> op
+    host_states: object = None  # (prog, work, scenario): model states the host keeps besides the optimizer
 
 
 def build(scenario: Scenario, params_memory: str = "gpu", optimizer_memory: str = "gpu", **hooks) -> Plan:
@@ -36,6 +37,8 @@ def build(scenario: Scenario, params_memory: str = "gpu", optimizer_memory: str 
     phi = work.params(range(work.num_units))
     work.static(prog, work.w * phi / n, work.w * phi / n, work.k * phi / n,
                 optimizer_memory=optimizer_memory, params_memory=params_memory)
+    if hooks.host_states is not None:
+        hooks.host_states(prog, work, scenario)
     last = []
     for mb in range(scenario.microbatches):
         _forward(prog, work, scenario, mb, hooks)
@@ -66,7 +69,7 @@ class _Gatherer:
             free_slot = self.computed[j - self.prefetch - 1] if j > self.prefetch else None
             fetched = (self.hooks.before_gather(self.prog, self.work, unit, self.mb, [free_slot])
                        if self.hooks.before_gather else None)
-            self.prog.alloc("comm", "buffers", nbytes, payload=f"params unit{unit}", deps=[free_slot])
+            self.prog.alloc("comm", "buffers", nbytes, payload=f"params unit{unit}", deps=[free_slot], units=(unit,))
             self.gathers.append(self.prog.add(Collective, "comm", [free_slot, fetched], op="allgather", group="dp",
                                               nbytes=nbytes, algo=self.algo, payload="params", units=(unit,),
                                               itemsize=self.work.w))
@@ -79,7 +82,8 @@ def _forward(prog, work, scenario, mb, hooks) -> None:
     for i, unit in enumerate(order):
         gatherer.computed.append(work.forward(prog, unit, mb, [gatherer.ready(i)]))
         if not (scenario.model.tied_embeddings and unit == 0):
-            prog.free("compute", "buffers", work.w * work.units[unit].params, payload=f"params unit{unit}")
+            prog.free("compute", "buffers", work.w * work.units[unit].params, payload=f"params unit{unit}",
+                      units=(unit,))
 
 
 def _backward(prog, work, scenario, mb, hooks) -> list[int]:
@@ -90,9 +94,10 @@ def _backward(prog, work, scenario, mb, hooks) -> list[int]:
         nbytes = work.w * work.units[unit].params
         prog.alloc("compute", "buffers", nbytes, payload=f"grad unit{unit}")
         gatherer.computed.append(work.backward(prog, unit, mb, [gatherer.ready(i)]))
-        prog.free("compute", "buffers", nbytes, payload=f"params unit{unit}")
+        prog.free("compute", "buffers", nbytes, payload=f"params unit{unit}", units=(unit,))
         if scenario.model.tied_embeddings and unit == work.num_units - 1:
-            prog.free("compute", "buffers", work.w * work.units[0].params, payload="params unit0 (tied head)")
+            prog.free("compute", "buffers", work.w * work.units[0].params, payload="params unit0 (tied head)",
+                      units=(0,))
         reduce = prog.add(Collective, "comm", [gatherer.computed[-1]], op="reducescatter", group="dp",
                           nbytes=nbytes, algo=scenario.strategy.algo or "ring", payload="grads", units=(unit,),
                           itemsize=work.w)

@@ -7,7 +7,8 @@ bytes per parameter (mixed-precision Adam: w = 2, K = 12):
     zero2:          params wΦ    grads wΦ/N  optimizer KΦ/N
     zero3:          params wΦ/N  grads wΦ/N  optimizer KΦ/N
 *-offload keeps the (sharded) optimizer states in host memory instead, beside the gradient shard
-copied down for the CPU's step (wΦ/N) and, in fp32 where K holds no master copy, the CPU's own
+copied down for the CPU's step (wΦ/N: the GPU holds each bucket's reduced shard only until it is
+copied, a buffer rather than a model state) and, in fp32 where K holds no master copy, the CPU's own
 copy of the parameter shard (4Φ/N); zero3-infinity keeps the parameter and optimizer shards on
 NVMe (the gradient shard still lands in host memory). Activations are added by the caller from
 the ModelSpec.
@@ -59,7 +60,7 @@ def model_states(strategy: str, params: int, dp: int, train: TrainSpec = TrainSp
     host_grads = w * params / dp  # the reduced gradient shard, copied down for the CPU's step
     if strategy.endswith("-offload"):
         host_params = 0 if train.mixed else 4 * params / dp
-        return Memory(p, g, 0.0, host=o + host_grads + host_params)
+        return Memory(p, 0.0, 0.0, host=o + host_grads + host_params)
     if strategy == "zero3-infinity":  # parameters and optimizer states live on NVMe
-        return Memory(0.0, g, 0.0, host=host_grads, nvme=o + p)
+        return Memory(0.0, 0.0, 0.0, host=host_grads, nvme=o + p)
     return Memory(p, g, o)

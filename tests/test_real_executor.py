@@ -12,7 +12,10 @@ from simpar.models import ModelSpec, model
 from simpar.real.executor import run_rank, single_process
 from simpar.real.launch import launch
 from simpar.scenario import make_scenario
+from simpar.plan import Collective
+from simpar.real.instrument import op_class
 from simpar.sim import simulate
+from simpar.strategies import build_plan
 
 pytestmark = pytest.mark.slow
 STEPS = 3
@@ -42,10 +45,26 @@ def _check_training(ranks, reference, atol):
 
 
 def _check_bytes(scenario, ranks):
+    """Traffic and model-state memory measured on every rank equal the simulator's, exactly."""
     simulated = simulate(scenario).ranks
     assert [r["bytes_sent"] for r in ranks] == [STEPS * r["bytes_sent"] for r in simulated]
     assert [r["bytes_received"] for r in ranks] == [STEPS * r["bytes_received"] for r in simulated]
     assert [r["offload_bytes"] for r in ranks] == [STEPS * r["offload_bytes"] for r in simulated]
+    plan = build_plan(scenario)
+    for rank, (real, sim) in enumerate(zip(ranks, simulated)):
+        for category in ("params", "grads", "optimizer", "host"):
+            assert abs(real["memory"][category] - sim["memory"][category]) <= _uneven(plan, rank), (rank, category)
+        assert real["memory"]["activations"] > 0  # seen through autograd's saved-tensor hooks
+        timed = [op for op in build_plan(scenario).program_of(rank).ops if op_class(op)]
+        assert [entry["op"] for entry in real["timeline"]] == [op.id for op in timed]
+
+
+def _uneven(plan, rank) -> int:
+    """Shards are torch.tensor_split chunks, so a bucket that does not divide by the group size
+    gives its first ranks one element more than the simulator's mean; 0 when all divide."""
+    buckets = {(op.units, op.nbytes // op.itemsize) for op in plan.program_of(rank).ops
+               if isinstance(op, Collective) and op.op == "reducescatter"}
+    return sum(12 for _, numel in buckets if numel % plan.grid.dp)  # 4-byte weight + Adam's two states
 
 
 UNTIED = ModelSpec("tiny-untied", layers=4, hidden=64, heads=4, ffn=256, vocab=256, seq=32, positions=32,

@@ -1,14 +1,14 @@
 """Perform a Plan for real: each rank walks its Program's ops and does them with real tensors.
 
 Ops are performed in the order the strategy wrote them (every op's dependencies come earlier),
-so streams do not yet overlap here; what is real is the work: per-unit forward and backward with
+so streams do not overlap here; what is real is the work: per-unit forward and backward with
 autograd, collectives as counted point-to-point sends of the Plan's algorithm, the optimizer
-step on the whole model or on the rank's shard.
+step on the whole model or on the rank's shard, offload copies between "GPU" and host tensors.
 
-So far the data-parallel strategies dp, ddp, zero1, zero2 and zero3 in fp32 (the CPU path); the
-rest raise a clear error naming the strategy. ZeRO-3 here is faithful in traffic and arithmetic
-(each unit is gathered from the shards before its forward and backward, its gradients
-reduce-scattered after), but the full parameters stay allocated between uses.
+Model states are held the way the Plan says, so their bytes can be measured and compared:
+ZeRO-1/2 parameters live in one flat buffer per bucket and a rank's optimizer shard is a view
+into it; ZeRO-3 keeps only the shard and frees each unit's gathered parameters where the Plan
+frees them; offload keeps the CPU's copy of the shard, its gradients and optimizer states apart.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from simpar.errors import SimparError
 from simpar.plan import Alloc, Collective, Compute, Copy, Free, Recv, Send
 from simpar.real.comm import CountingComm
+from simpar.real.instrument import Recorder, SavedActivations
 from simpar.real.model import build_model, synthetic_batch
 from simpar.real.tensor_parallel import TensorParallelModel, gather_full_parameters
 from simpar.scenario import Scenario
@@ -65,47 +66,94 @@ class RankExecutor:
         self.reduction = None  # TP: the partial result the Plan's next TP all-reduce sums
         self.unit_params = [list(unit.parameters()) for unit in self.model.units]
         self.comm = CountingComm(ctx.rank)
-        self.group = list(self.plan.grid.group(ctx.rank, "dp"))
+        self.group = list(grid.group(ctx.rank, "dp"))
         self.index = self.group.index(ctx.rank)  # this rank's share of the batch
-        self.sharded = any(isinstance(op, Collective) and op.op == "reducescatter" for op in self.program.ops)
         self.held = sorted({op.unit for op in self.program.ops if isinstance(op, Compute) and op.unit >= 0})
         self.grads_sharded = self._sharded_state("grads")  # so they live only as the reduced shard
         self.params_sharded = self._sharded_state("params")  # then no rank holds the updated whole
+        self.offload = any(isinstance(op, Copy) for op in self.program.ops)
+        self.shapes = {id(p): p.shape for params in self.unit_params for p in params}
         self.pending_sends: list = []
         self.copied = 0  # offload bytes between "GPU" and "host" memory (both DRAM on a CPU run)
-        self.host_grads: dict[tuple[int, ...], torch.Tensor] = {}
-        self.shards: dict[tuple[int, ...], torch.nn.Parameter] = {}
+        self.shards: dict[tuple[int, ...], torch.Tensor] = {}  # this rank's chunk of each bucket
+        self.host_shards: dict[tuple[int, ...], torch.nn.Parameter] = {}  # offload: the CPU's copy
         self.shard_grads: dict[tuple[int, ...], torch.Tensor] = {}
-        if self.sharded:
-            for op in self.program.ops:
-                if isinstance(op, Collective) and op.op == "reducescatter" and op.units not in self.shards:
-                    chunk = torch.tensor_split(self._flat(op.units, "data"), len(self.group))[self.index]
-                    self.shards[op.units] = torch.nn.Parameter(chunk.clone())
-            self.optimizer = make_optimizer(scenario.train.optimizer, list(self.shards.values()))
-        else:
-            self.optimizer = make_optimizer(scenario.train.optimizer, self.model.parameters())
+        self.host_grads: dict[tuple[int, ...], torch.Tensor] = {}
+        buckets = list(dict.fromkeys(op.units for op in self.program.ops
+                                     if isinstance(op, Collective) and op.op == "reducescatter"))
+        for units in buckets:
+            flat = self._flat(units, "data")
+            chunk = torch.tensor_split(flat, len(self.group))[self.index]
+            if self.params_sharded:  # ZeRO-3: the shard alone; the whole is gathered when used
+                self.shards[units] = chunk.clone()
+                self._release(units)
+            else:  # parameters become views of one flat buffer; the shard is a view too
+                self._unflatten_into(units, flat, "data", view=True)
+                self.shards[units] = chunk
+            if self.offload:
+                self.host_shards[units] = torch.nn.Parameter(chunk.clone())
+        optimized = self.host_shards or {u: torch.nn.Parameter(s) for u, s in self.shards.items()}
+        self.optimized = optimized  # what the optimizer updates, by bucket (sharded strategies)
+        self.optimizer = make_optimizer(scenario.train.optimizer,
+                                        list(optimized.values()) if buckets else self.model.parameters())
+        self.recorder = Recorder(torch.device("cpu"))
+        self.activations = SavedActivations(self.model.parameters())
 
     def _sharded_state(self, category: str) -> bool:
         """Whether the Plan keeps this model state as a shard: it allocates less than the whole."""
         whole = self.scenario.train.weight_bytes * sum(p.numel() for u in self.held for p in self.unit_params[u])
         held = sum(op.nbytes for op in self.program.ops
-                   if isinstance(op, Alloc) and op.category == category and op.payload == "model states")
+                   if isinstance(op, Alloc) and op.category == category and op.payload == "model states"
+                   and op.memory != "host")
         return held < whole
 
     def _flat(self, units, what: str) -> torch.Tensor:
         tensors = [getattr(p, what) for u in units for p in self.unit_params[u]]
         return torch.cat([t.reshape(-1) if t is not None else torch.zeros(0) for t in tensors])
 
-    def _unflatten_into(self, units, flat: torch.Tensor, what: str) -> None:
+    def _unflatten_into(self, units, flat: torch.Tensor, what: str, view: bool = False) -> None:
+        """Gradients become views of ``flat``; parameters too with ``view``, else it is copied into them."""
         offset = 0
         for u in units:
             for p in self.unit_params[u]:
-                piece = flat[offset:offset + p.numel()].view_as(p)
+                numel = self.shapes[id(p)].numel()
+                piece = flat[offset:offset + numel].view(self.shapes[id(p)])
                 if what == "grad":
-                    p.grad = piece.clone()
+                    p.grad = piece
+                elif view:
+                    p.data = piece
                 else:
                     p.data.copy_(piece)
-                offset += p.numel()
+                offset += numel
+
+    def _release(self, units) -> None:
+        """ZeRO-3: drop the units' gathered parameters (autograd keeps the Parameter objects, whose
+        data is gathered again before backward)."""
+        for u in units:
+            for p in self.unit_params[u]:
+                p.data = torch.empty(0, dtype=p.dtype)
+
+    def _held(self) -> dict:
+        """Tensors held now by (memory, category), as the Plan names them."""
+        params = [p for u in self.held for p in self.unit_params[u]]
+        grads = [p.grad for p in params]
+        held: dict = {("gpu", "activations"): self.activations.nbytes}
+        if self.params_sharded:  # gathered whole units are communication buffers
+            held[("gpu", "params")], held[("gpu", "buffers")] = list(self.shards.values()), params
+        else:
+            held[("gpu", "params")], held[("gpu", "buffers")] = params, []
+        if self.grads_sharded:  # a full gradient lives only until its bucket is reduced
+            shards = list(self.shard_grads.values())  # offload: only until copied to the host
+            held[("gpu", "grads")] = [] if self.offload else shards
+            held[("gpu", "buffers")] = held[("gpu", "buffers")] + grads + (shards if self.offload else [])
+        else:
+            held[("gpu", "grads")] = grads
+        states = [t for state in self.optimizer.state.values() for name, t in state.items() if name != "step"]
+        held[("host" if self.offload else "gpu", "optimizer")] = states
+        if self.offload:
+            held[("host", "params")] = list(self.host_shards.values())
+            held[("host", "grads")] = list(self.host_grads.values())
+        return held
 
     def step(self, step: int) -> float:
         spec, train = self.scenario.model, self.scenario.train
@@ -116,10 +164,15 @@ class RankExecutor:
         grad_out: dict = {}  # gradients of a chunk's output, received from the next stage
         loss_total = 0.0
         pieces: dict = defaultdict(int)  # (unit, micro-batch, phase) -> compute ops seen (TP: halves)
+        self.recorder.start_step()
         for op in self.program.ops:
+            started = self.recorder.clock()
             with self.ctx.op(f"step {step} op {op.id} {type(op).__name__} {getattr(op, 'phase', '')}"
                              f"{getattr(op, 'op', '')} unit {getattr(op, 'unit', getattr(op, 'units', ''))}"):
+                if isinstance(op, Free) and op.units and op.payload.startswith("params"):
+                    self._release(op.units)
                 if isinstance(op, (Alloc, Free)):
+                    self.recorder.sample(self._held())
                     continue
                 if isinstance(op, Compute) and op.phase in ("fwd", "bwd"):
                     half = pieces[(op.unit, op.microbatch, op.phase)]
@@ -139,9 +192,12 @@ class RankExecutor:
                     self._p2p(op, inputs, outputs, grad_out)
                 else:
                     raise SimparError(f"--compare-real: the executor cannot perform {op!r} yet")
+                self.recorder.time_op(op, started)
+                self.recorder.sample(self._held())
         for request in self.pending_sends:
             request.wait()
         self.pending_sends.clear()
+        self.recorder.end_step()
         if isinstance(self.model, TensorParallelModel):
             loss_total, self.model.loss_total = self.model.loss_total, 0.0
         return self._mean_loss(loss_total)
@@ -152,10 +208,12 @@ class RankExecutor:
         if half == 0:
             inputs[key] = ids if op.unit == 0 else outputs[(op.unit - 1, op.microbatch)].detach().requires_grad_()
         if isinstance(self.model, TensorParallelModel):
-            self.reduction = self.model.forward_piece(op.unit, op.microbatch, half, inputs[key], targets, 1 / m,
-                                                      outputs)
+            with self.activations.hooks(key):
+                self.reduction = self.model.forward_piece(op.unit, op.microbatch, half, inputs[key], targets,
+                                                          1 / m, outputs)
             return 0.0
-        out = self.model.units[op.unit](inputs[key])
+        with self.activations.hooks(key):
+            out = self.model.units[op.unit](inputs[key])
         if op.unit == len(self.model.units) - 1:  # mean over the micro-batch, scaled to the step's mean
             out = F.cross_entropy(out.float().reshape(-1, out.shape[-1]), targets.reshape(-1)) / m
             outputs[key] = out
@@ -170,8 +228,11 @@ class RankExecutor:
             grad = grad_out.pop(key) if key in grad_out else inputs.pop((op.unit + 1, op.microbatch)).grad
         if isinstance(self.model, TensorParallelModel):
             self.reduction = self.model.backward_piece(op.unit, op.microbatch, half, grad)
+            if half == (1 if 0 < op.unit < len(self.model.units) - 1 else 0):  # its last piece
+                self.activations.release(key)
             return
         outputs.pop(key).backward(grad)
+        self.activations.release(key)
 
     def _tensor_parallel_allreduce(self) -> None:
         """Sum (or max) the pending partial result over the TP group; its continuation may leave
@@ -218,18 +279,24 @@ class RankExecutor:
         if op.op == "allreduce" and op.payload == "grads":
             self._unflatten_into(op.units, self._reduce(op, self._flat(op.units, "grad")) / n, "grad")
         elif op.op == "reducescatter" and op.payload == "grads":
-            mine = self._reduce(op, self._flat(op.units, "grad")) / n
-            self.shard_grads[op.units] = self.shard_grads.get(op.units, 0) + mine
+            flat = self._flat(op.units, "grad")
+            mine = self._reduce(op, flat) / n
             if self.grads_sharded:  # gradients live only as the shard
+                self.shard_grads[op.units] = self.shard_grads.get(op.units, 0) + mine
                 for u in op.units:
                     for p in self.unit_params[u]:
                         p.grad = None
+            else:  # ZeRO-1 keeps full gradients: the reduced chunk goes back into them
+                torch.tensor_split(flat, n)[self.index].copy_(mine)
+                self._unflatten_into(op.units, flat, "grad")
         elif op.op == "allgather" and op.payload == "params":
-            full = self.comm.ring_all_gather(self.shards[op.units].detach(), self._flat(op.units, "data").numel(),
-                                             self.group)
-            self._unflatten_into(op.units, full, "data")
+            full = self.comm.ring_all_gather(self.shards[op.units].detach(), self._numel(op.units), self.group)
+            self._unflatten_into(op.units, full, "data", view=self.params_sharded)
         else:
             raise SimparError(f"--compare-real: the executor cannot perform {op.op} of {op.payload} yet")
+
+    def _numel(self, units) -> int:
+        return sum(self.shapes[id(p)].numel() for u in units for p in self.unit_params[u])
 
     def _copy(self, op: Copy) -> None:
         """Offload: reduced gradient shards down to the host, updated parameter shards back."""
@@ -238,16 +305,25 @@ class RankExecutor:
             self.host_grads[op.units] = self.host_grads.get(op.units, 0) + moved
             self.copied += moved.numel() * moved.element_size()
         elif op.src == "host" and op.dst == "gpu" and op.payload == "params":
-            self.copied += sum(shard.numel() * shard.element_size() for shard in self.shards.values())
+            for units in op.units and [op.units] or list(self.shards):
+                self.shards[units].copy_(self.host_shards[units].detach())
+                self.copied += self.shards[units].numel() * self.shards[units].element_size()
         else:
             raise SimparError(f"--compare-real: the executor cannot copy {op.payload} {op.src}->{op.dst} yet")
 
     def _step(self) -> None:
-        if self.sharded:
-            grads = self.host_grads if self.host_grads else self.shard_grads
-            for units, shard in self.shards.items():
-                shard.grad = grads.pop(units)
+        for units, param in self.optimized.items():
+            if self.offload:
+                param.grad = self.host_grads.pop(units)
+            elif self.grads_sharded:
+                param.grad = self.shard_grads.pop(units)
+            else:  # ZeRO-1: this rank's chunk of the (reduced) full gradients
+                param.grad = torch.tensor_split(self._flat(units, "grad"), len(self.group))[self.index]
         self.optimizer.step()
+        if self.optimized and not self.offload:  # the shard was updated apart from the parameters' buffer
+            for units, param in self.optimized.items():
+                if param.data_ptr() != self.shards[units].data_ptr():
+                    self.shards[units].copy_(param.detach())
         self.optimizer.zero_grad(set_to_none=True)
         self.model.zero_grad(set_to_none=True)
 
@@ -259,15 +335,17 @@ def run_rank(ctx, scenario: Scenario, steps: int, seed: int) -> dict:
     if executor.params_sharded:  # parameters stay sharded after the step: gather
         final = CountingComm(ctx.rank)  # them to report, outside the counted traffic
         for units, shard in executor.shards.items():
-            numel = executor._flat(units, "data").numel()
-            executor._unflatten_into(units, final.ring_all_gather(shard.detach(), numel, executor.group), "data")
+            whole = final.ring_all_gather(shard.detach(), executor._numel(units), executor.group)
+            executor._unflatten_into(units, whole, "data", view=True)
     if isinstance(executor.model, TensorParallelModel):
         whole = gather_full_parameters(executor.model, CountingComm(ctx.rank), executor.tp_group)
         params = {u: whole[u] for u in executor.held}
     else:
         params = {u: torch.cat([p.detach().reshape(-1) for p in executor.unit_params[u]]) for u in executor.held}
+    recorder = executor.recorder
     return {"losses": losses, "params": params, "bytes_sent": executor.comm.sent,
-            "bytes_received": executor.comm.received, "offload_bytes": executor.copied}
+            "bytes_received": executor.comm.received, "offload_bytes": executor.copied,
+            "step_times": recorder.step_times, "timeline": recorder.timeline, "memory": recorder.report()}
 
 
 def single_process(scenario: Scenario, steps: int, seed: int) -> dict:

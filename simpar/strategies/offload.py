@@ -1,7 +1,8 @@
 """ZeRO-Offload and ZeRO-Infinity: the optimizer lives on the CPU (and, for Infinity, the
 parameter and optimizer shards on NVMe), trading GPU memory for PCIe traffic and CPU time.
 
-- zero2-offload: ZeRO-2 on the GPU, but each reduced gradient shard is copied to host memory,
+- zero2-offload: ZeRO-2 on the GPU, but each reduced gradient shard is copied to host memory
+  (the GPU holds it only until then),
   the CPU runs Adam on the rank's shard, and the updated 16-bit shard is copied back before the
   all-gather (Ren et al. 2021).
 - zero3-offload: the same around ZeRO-3 (the GPU keeps a 16-bit parameter shard).
@@ -27,9 +28,13 @@ def host_states(prog: Program, work: Work, scenario: Scenario, with_params: bool
 
 
 def _grads_to_host(prog: Program, work: Work, op: int, units: tuple[int, ...], mb: int) -> int:
+    """The reduced gradient shard of a bucket waits on the GPU only until it is copied down."""
     n = len(prog.ranks)
-    return prog.add(Copy, "copy", [op], src="gpu", dst="host", nbytes=work.w * work.params(units) // n,
-                    payload="grads", units=units)
+    nbytes = work.w * work.params(units) // n
+    prog.alloc("comm", "buffers", nbytes, payload=f"reduced grads of units {units[0]}..{units[-1]}", deps=[op])
+    copy = prog.add(Copy, "copy", [op], src="gpu", dst="host", nbytes=nbytes, payload="grads", units=units)
+    prog.free("copy", "buffers", nbytes, payload=f"reduced grads of units {units[0]}..{units[-1]}")
+    return copy
 
 
 def _host_step(prog: Program, work: Work, last) -> int:
@@ -45,7 +50,7 @@ def build_zero2(scenario: Scenario) -> Plan:
     work, n = Work(scenario), spec.dp
     prog = Program(tuple(range(n)), name="all ranks")
     phi = work.params(range(work.num_units))
-    work.static(prog, work.w * phi, work.w * phi / n, work.k * phi / n, optimizer_memory="host")
+    work.static(prog, work.w * phi, 0, work.k * phi / n, optimizer_memory="host")
     host_states(prog, work, scenario)
     copies = zero.reduce_gradients(prog, work, scenario, sharded_grads=True, after_reduce=_grads_to_host)
     zero.gather_parameters(prog, work, spec, _host_step(prog, work, copies))

@@ -1,0 +1,127 @@
+"""What one rank measures while it performs its Plan: wall time of every op, and bytes held per
+memory (gpu/host) and category, in the simulator's terms so the two can be compared.
+
+Bytes are counted from the tensors the executor holds, by storage (views of one buffer count
+once), sampled after every op; activations are the tensors autograd saves for backward, seen
+through saved-tensor hooks (parameters, which autograd also saves, are left out). On a GPU the
+allocator's own peak is reported beside them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Iterable
+
+import torch
+
+from simpar.plan import Alloc, Collective, Compute, Copy, Free, Recv, Send
+
+
+def op_class(op) -> str | None:
+    """The class an op's time is reported under (simulator and executor alike); None: no time."""
+    if isinstance(op, Compute):
+        return {"fwd": "forward", "bwd": "backward", "step": "optimizer step"}[op.phase]
+    if isinstance(op, Collective):
+        return "collectives"
+    if isinstance(op, (Send, Recv)):
+        return "pipeline p2p"
+    if isinstance(op, Copy):
+        return "offload copies"
+    assert isinstance(op, (Alloc, Free))
+    return None
+
+
+OP_CLASSES = ("forward", "backward", "optimizer step", "collectives", "pipeline p2p", "offload copies")
+
+
+def storage_bytes(tensors: Iterable[torch.Tensor | None]) -> int:
+    """Bytes of the distinct storages behind ``tensors`` (a view adds nothing to its base)."""
+    seen: dict[int, int] = {}
+    for tensor in tensors:
+        if tensor is not None and tensor.numel():
+            storage = tensor.untyped_storage()
+            seen[storage.data_ptr()] = storage.nbytes()
+    return sum(seen.values())
+
+
+class SavedActivations:
+    """Tensors autograd keeps for backward, per (unit, micro-batch), counted by storage."""
+
+    def __init__(self, parameters: Iterable[torch.Tensor]):
+        self._parameters = {id(p) for p in parameters}
+        self._owners: dict[int, set] = defaultdict(set)  # storage pointer -> keys that saved it
+        self._sizes: dict[int, int] = {}
+        self._keys: dict[tuple, set[int]] = defaultdict(set)
+
+    def hooks(self, key: tuple) -> torch.autograd.graph.saved_tensors_hooks:
+        def pack(tensor):
+            if id(tensor) not in self._parameters and tensor.numel():
+                storage = tensor.untyped_storage()
+                self._sizes[storage.data_ptr()] = storage.nbytes()
+                self._owners[storage.data_ptr()].add(key)
+                self._keys[key].add(storage.data_ptr())
+            return tensor
+        return torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor)
+
+    def release(self, key: tuple) -> None:
+        """The backward of ``key`` has run: what it alone saved is free."""
+        for pointer in self._keys.pop(key, ()):
+            self._owners[pointer].discard(key)
+            if not self._owners[pointer]:
+                del self._owners[pointer], self._sizes[pointer]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(self._sizes.values())
+
+
+class Recorder:
+    """Op timeline and memory peaks of one rank over the steps it runs."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.timeline: list[dict] = []  # the last step's ops: {op, stream, class, start, end}
+        self.step_times: list[float] = []
+        self.peaks: dict[tuple[str, str], int] = defaultdict(int)  # (memory, category) -> bytes
+        self.peak_total: dict[str, int] = defaultdict(int)  # memory -> the largest sum at one sample
+        self._t0 = 0.0
+
+    def clock(self) -> float:
+        if self.device.type == "cuda":  # kernels run asynchronously: time what has finished
+            torch.cuda.synchronize(self.device)
+        return time.perf_counter()
+
+    def start_step(self) -> None:
+        self.timeline = []
+        self._t0 = self.clock()
+
+    def end_step(self) -> None:
+        self.step_times.append(self.clock() - self._t0)
+
+    def time_op(self, op, started: float) -> None:
+        kind = op_class(op)
+        if kind is not None:
+            self.timeline.append({"op": op.id, "stream": op.stream, "class": kind,
+                                  "start": started - self._t0, "end": self.clock() - self._t0})
+
+    def sample(self, held: dict[tuple[str, str], list | int]) -> None:
+        """``held``: (memory, category) -> the tensors held there now (or a byte count)."""
+        totals: dict[str, int] = defaultdict(int)
+        for key, tensors in held.items():
+            nbytes = tensors if isinstance(tensors, int) else storage_bytes(tensors)
+            self.peaks[key] = max(self.peaks[key], nbytes)
+            totals[key[0]] += nbytes
+        for memory, nbytes in totals.items():
+            self.peak_total[memory] = max(self.peak_total[memory], nbytes)
+
+    def report(self) -> dict:
+        categories = ("params", "grads", "optimizer", "activations", "buffers", "temporaries")
+        memory = {c: self.peaks[("gpu", c)] for c in categories}
+        memory["peak"] = self.peak_total["gpu"]
+        memory["host"] = self.peak_total["host"]
+        memory["host_by_category"] = {c: self.peaks[("host", c)] for c in categories if self.peaks[("host", c)]}
+        memory["nvme"] = 0
+        if self.device.type == "cuda":
+            memory["device_peak"] = torch.cuda.max_memory_allocated(self.device)
+        return memory

@@ -111,6 +111,22 @@ class Free(Op):
     units: tuple[int, ...] = ()
 
 
+OP_CLASSES = ("forward", "backward", "optimizer step", "collectives", "pipeline p2p", "offload copies")
+
+
+def op_class(op: Op) -> str | None:
+    """The class an op's time is reported under (simulator and executor alike); None: takes no time."""
+    if isinstance(op, Compute):
+        return {"fwd": "forward", "bwd": "backward", "step": "optimizer step"}[op.phase]
+    if isinstance(op, Collective):
+        return "collectives"
+    if isinstance(op, (Send, Recv)):
+        return "pipeline p2p"
+    if isinstance(op, Copy):
+        return "offload copies"
+    return None
+
+
 @dataclass
 class Program:
     """The ops of a set of identical ranks. ``add`` appends an op and returns its id."""

@@ -12,8 +12,7 @@ from simpar.models import ModelSpec, model
 from simpar.real.executor import run_rank, single_process
 from simpar.real.launch import launch
 from simpar.scenario import make_scenario
-from simpar.plan import Collective
-from simpar.real.instrument import op_class
+from simpar.plan import Collective, op_class
 from simpar.sim import simulate
 from simpar.strategies import build_plan
 

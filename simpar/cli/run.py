@@ -6,6 +6,7 @@ from dataclasses import asdict
 
 from simpar import units
 from simpar.cli import add_json_flag, write_json
+from simpar.errors import SimparError
 from simpar.models import model
 from simpar.scenario import (
     RECOMPUTE,
@@ -26,15 +27,17 @@ def register(sub) -> None:
                                    "Every flag has a default, so a bare 'simpar run' works.")
     p.add_argument("--strategy", default="ddp", help=f"one of {', '.join(STRATEGY_NAMES)} (default ddp)")
     p.add_argument("--gpus", default="8", help="number of GPUs (default 8)")
-    p.add_argument("--model", default="gpt2", help="model preset, see 'simpar models' (default gpt2)")
-    p.add_argument("--topology", default="dgx-a100", help=f"one of {', '.join(TOPOLOGIES)} (default dgx-a100)")
+    p.add_argument("--model", help="model preset, see 'simpar models' (default gpt2; tiny with --compare-real)")
+    p.add_argument("--topology", help=f"one of {', '.join(TOPOLOGIES)} (default dgx-a100; --compare-real "
+                                      "simulates the machine it runs on instead)")
     p.add_argument("--bandwidth", help="link bandwidth for the ring/star topologies, e.g. 100GB/s")
     p.add_argument("--latency", help="per-hop latency for the ring/star topologies, in seconds")
     p.add_argument("--micro-batch", default="1", help="sequences per micro-batch per rank (default 1)")
     p.add_argument("--global-batch", help="sequences per step (default micro-batch x dp x micro-batches)")
     p.add_argument("--microbatches", help="micro-batches per step per rank: gradient accumulation, or the "
                                           "pipeline's m (default 1; 4 x pp with a pipeline)")
-    p.add_argument("--precision", default="bf16-mixed", help=f"one of {', '.join(PRECISIONS)}")
+    p.add_argument("--precision", help=f"one of {', '.join(PRECISIONS)} (default bf16-mixed; fp32 with "
+                                       "--compare-real on CPU)")
     p.add_argument("--optimizer", default="adam", help=f"one of {', '.join(OPTIMIZERS)}")
     p.add_argument("--dp", help="data-parallel degree (pp/tp/3d; default: what the other degrees leave)")
     p.add_argument("--pp", help="pipeline stages (default: all GPUs for --strategy pp, else 1)")
@@ -51,7 +54,16 @@ def register(sub) -> None:
                    help="simulate every collective in full, even when a recorded one could be replayed")
     p.add_argument("--memory-timeline", action="store_true",
                    help="add sim.memory_timeline to the JSON: GPU bytes in use over the step, per program")
-    add_json_flag(p, "{scenario, sim}")
+    real = p.add_argument_group("running it for real (--compare-real)")
+    real.add_argument("--compare-real", action="store_true",
+                      help="also perform the step for real, one process per rank with torch.distributed, "
+                           "and show simulated and measured figures side by side")
+    real.add_argument("--steps", default="3", help="training steps to run for real (default 3; the first is "
+                                                    "a warm-up, left out of the step time)")
+    real.add_argument("--backend", default="gloo", help="torch.distributed backend: gloo (CPU, default) or nccl")
+    real.add_argument("--timeout", default="600", help="seconds before a hung run is aborted (default 600)")
+    real.add_argument("--seed", default="0", help="seed of the model's weights and the token batches")
+    add_json_flag(p, "{scenario, sim} (with --compare-real also real and comparison)")
     p.set_defaults(handler=run)
 
 
@@ -60,12 +72,17 @@ def _optional_int(value, flag):
 
 
 def scenario_from_args(args) -> Scenario:
+    compare = getattr(args, "compare_real", False)
+    if compare and args.topology is not None:
+        raise SimparError("--topology: --compare-real simulates the machine the ranks really run on "
+                          "(a built-in CPU-host profile); leave --topology out")
     return make_scenario(
-        model(args.model), args.strategy, units.positive_int(args.gpus, "--gpus"), topology=args.topology,
+        model(args.model or ("tiny" if compare else "gpt2")), args.strategy, units.positive_int(args.gpus, "--gpus"),
+        topology="cpu-host" if compare else args.topology or "dgx-a100",
         micro_batch=units.positive_int(args.micro_batch, "--micro-batch"),
         global_batch=_optional_int(args.global_batch, "--global-batch"),
         microbatches=_optional_int(args.microbatches, "--microbatches"),
-        precision=args.precision, optimizer=args.optimizer,
+        precision=args.precision or ("fp32" if compare else "bf16-mixed"), optimizer=args.optimizer,
         dp=_optional_int(args.dp, "--dp"), pp=_optional_int(args.pp, "--pp"), tp=_optional_int(args.tp, "--tp"),
         bandwidth=None if args.bandwidth is None else units.positive(args.bandwidth, "--bandwidth"),
         latency=None if args.latency is None else units.non_negative(args.latency, "--latency"),
@@ -85,6 +102,10 @@ def scenario_json(scenario: Scenario) -> dict:
 
 def run(args) -> int:
     scenario = scenario_from_args(args)
+    if args.compare_real:
+        from simpar.cli.run_compare import run_and_compare  # imports torch: only when asked
+
+        return run_and_compare(args, scenario)
     result = simulate(scenario, replay=not args.no_replay)
     if args.json and write_json({"scenario": scenario_json(scenario),
                                 "sim": result.to_json(timeline=args.memory_timeline)}, args.json):

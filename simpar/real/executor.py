@@ -331,7 +331,10 @@ class RankExecutor:
 def run_rank(ctx, scenario: Scenario, steps: int, seed: int) -> dict:
     torch.manual_seed(seed)
     executor = RankExecutor(ctx, scenario, seed)
-    losses = [executor.step(step) for step in range(steps)]
+    losses = []
+    for step in range(steps):
+        losses.append(executor.step(step))
+        ctx.step_done()
     if executor.params_sharded:  # parameters stay sharded after the step: gather
         final = CountingComm(ctx.rank)  # them to report, outside the counted traffic
         for units, shard in executor.shards.items():

@@ -15,24 +15,7 @@ from collections.abc import Iterable
 
 import torch
 
-from simpar.plan import Alloc, Collective, Compute, Copy, Free, Recv, Send
-
-
-def op_class(op) -> str | None:
-    """The class an op's time is reported under (simulator and executor alike); None: no time."""
-    if isinstance(op, Compute):
-        return {"fwd": "forward", "bwd": "backward", "step": "optimizer step"}[op.phase]
-    if isinstance(op, Collective):
-        return "collectives"
-    if isinstance(op, (Send, Recv)):
-        return "pipeline p2p"
-    if isinstance(op, Copy):
-        return "offload copies"
-    assert isinstance(op, (Alloc, Free))
-    return None
-
-
-OP_CLASSES = ("forward", "backward", "optimizer step", "collectives", "pipeline p2p", "offload copies")
+from simpar.plan import op_class
 
 
 def storage_bytes(tensors: Iterable[torch.Tensor | None]) -> int:

@@ -46,9 +46,15 @@ class RankContext:
     world: int
     backend: str
     _ops: object  # shared char array, _OP_CHARS per rank
+    _steps: object = None  # shared int array: steps each rank has finished (for progress)
 
     def op(self, label: str) -> _OpLabel:
         return _OpLabel(self, label)
+
+    def step_done(self) -> None:
+        """Count a finished training step (the parent's progress bar reads it)."""
+        if self._steps is not None:
+            self._steps[self.rank] += 1
 
     def _set(self, label: str) -> None:
         data = label.encode()[:_OP_CHARS - 1].ljust(_OP_CHARS, b"\0")
@@ -68,10 +74,10 @@ class _OpLabel:
             self.ctx._set("")
 
 
-def _entry(rank, world, port, backend, timeout, worker, args, results, ops):
+def _entry(rank, world, port, backend, timeout, worker, args, results, ops, steps):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # many ranks on few cores: no oversubscription
-    ctx = RankContext(rank, world, backend, ops)
+    ctx = RankContext(rank, world, backend, ops, steps)
     try:
         ctx._set("init_process_group")
         dist.init_process_group(backend, rank=rank, world_size=world, timeout=timedelta(seconds=timeout))
@@ -88,7 +94,8 @@ def _entry(rank, world, port, backend, timeout, worker, args, results, ops):
 def launch(worker, world: int, args: tuple = (), timeout: float = 120.0, backend: str = "gloo",
            progress=None) -> list:
     """Run ``worker(ctx, *args)`` on ``world`` ranks; return their results in rank order.
-    ``progress(done, world)`` is called as ranks finish (for a progress bar)."""
+    ``progress(steps)`` is called with the steps all ranks have finished so far (``ctx.step_done``),
+    whenever that number grows (for a progress bar)."""
     for attempt in range(_PORT_TRIES):
         try:
             return _launch_once(worker, world, args, timeout, backend, free_port(), progress)
@@ -106,8 +113,10 @@ def _launch_once(worker, world, args, timeout, backend, port, progress) -> list:
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     ops = ctx.Array(ctypes.c_char, _OP_CHARS * world, lock=False)
-    procs = [ctx.Process(target=_entry, args=(r, world, port, backend, timeout, worker, args, results, ops),
+    steps = ctx.Array(ctypes.c_int, world, lock=False)
+    procs = [ctx.Process(target=_entry, args=(r, world, port, backend, timeout, worker, args, results, ops, steps),
                          name=f"simpar-rank{r}") for r in range(world)]
+    reported = 0
     for p in procs:
         p.start()
     outcome: dict[int, object] = {}
@@ -125,9 +134,10 @@ def _launch_once(worker, world, args, timeout, backend, port, progress) -> list:
                         raise _PortTaken()
                     raise SimparError(f"rank {rank} failed{_where(ops, rank)}: {message[2]}")
                 outcome[rank] = _portable(message[2], np.ndarray, torch.from_numpy)
-                if progress:
-                    progress(len(outcome), world)
                 continue
+            if progress and sum(steps) > reported:
+                reported = sum(steps)
+                progress(reported)
             for rank, p in enumerate(procs):
                 if rank not in outcome and p.exitcode is not None and p.exitcode != 0:
                     raise SimparError(f"rank {rank} died{_where(ops, rank)} with exit code {p.exitcode}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from simpar import topologies
-from simpar.plan import Plan
+from simpar.plan import OP_CLASSES, Plan, op_class
 from simpar.scenario import Scenario
 from simpar.sim.breakdown import PARTS, program_breakdown
 from simpar.sim.memory_check import check_memory
@@ -55,11 +55,15 @@ def simulate(scenario: Scenario, topology: Topology | None = None, plan: Plan | 
     for pi, prog in enumerate(plan.programs):
         parts = program_breakdown(sim, pi, step_time)
         memory = sim.memory[pi].report()
+        busy = dict.fromkeys(OP_CLASSES, 0.0)  # seconds each class of op ran (streams may overlap)
+        for op in prog.ops:
+            if op_class(op):
+                busy[op_class(op)] += sim.times[pi][op.id][2] - sim.times[pi][op.id][1]
         for rank in prog.ranks:
             node = topology.gpus[rank]
             ranks.append({"rank": rank, "program": prog.name, "bytes_sent": int(sim.sent[node]),
                           "bytes_received": int(sim.received[node]), "offload_bytes": int(sim.copied[rank]),
-                          "memory": memory, "breakdown": parts})
+                          "memory": memory, "breakdown": parts, "op_time": busy})
             for part in PARTS:
                 totals[part] += parts[part] / plan.grid.world
     ranks.sort(key=lambda r: r["rank"])

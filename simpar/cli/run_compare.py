@@ -1,0 +1,84 @@
+"""``simpar run --compare-real``: simulate the step on a profile of this machine, perform it for real
+with one process per rank, and print both side by side with relative errors."""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+from tqdm import tqdm
+
+from simpar import units
+from simpar.cli import write_json
+from simpar.cli.run import scenario_json
+from simpar.errors import SimparError
+from simpar.plan import OP_CLASSES
+from simpar.real.compare import MEMORY_ROWS, comparison, run_real
+from simpar.real.cpu_profile import NOTE, cpu_topology
+from simpar.real.executor import check_supported
+from simpar.scenario import Scenario
+from simpar.sim import simulate
+
+BACKENDS = ("gloo", "nccl")
+
+
+def run_and_compare(args, scenario: Scenario) -> int:
+    steps = units.positive_int(args.steps, "--steps")
+    timeout = units.positive(args.timeout, "--timeout")
+    seed = units.positive_int(args.seed, "--seed", minimum=0)
+    backend = args.backend.strip().lower()
+    if backend not in BACKENDS:
+        raise SimparError(f"--backend: must be one of {', '.join(BACKENDS)}, got {args.backend!r}")
+    if backend == "nccl":
+        have = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        raise SimparError(f"--backend: the executor runs its ranks on CPU tensors with gloo so far; nccl is "
+                          f"not supported yet (this machine has {have} CUDA GPU(s))")
+    check_supported(scenario)
+    world = scenario.strategy.dp * scenario.strategy.pp * scenario.strategy.tp
+    sim = simulate(scenario, topology=cpu_topology(world), replay=not args.no_replay).to_json()
+    with tqdm(total=world * steps, desc=f"{world} ranks x {steps} steps", unit="step", file=sys.stderr,
+              disable=None, leave=False) as bar:  # disable=None: no bar when stderr is not a terminal
+        real = run_real(scenario, steps, seed, timeout, backend, progress=lambda done: bar.update(done - bar.n))
+    result = {"scenario": scenario_json(scenario), "profile": NOTE, "sim": sim, "real": real,
+              "comparison": comparison(sim, real)}
+    if args.json and write_json(result, args.json):
+        return 0
+    print_comparison(scenario, result, backend)
+    return 0
+
+
+def _percent(error: float | None) -> str:
+    return "n/a" if error is None else f"{100 * error:+.0f} %"
+
+
+def _line(label: str, row: dict, show, extra: str = "") -> str:
+    return f"  {label:<22}{show(row['sim']):>12}{show(row['real']):>12}{_percent(row['error']):>10}  {extra}".rstrip()
+
+
+def print_comparison(scenario: Scenario, result: dict, backend: str) -> None:
+    s, t, c = scenario.strategy, scenario.train, result["comparison"]
+    world = s.dp * s.pp * s.tp
+    print(f"{s.name} on {world} ranks (dp {s.dp} x pp {s.pp} x tp {s.tp}): {scenario.model.name}, {t.precision}, "
+          f"{t.optimizer}, global batch {t.global_batch}")
+    print(f"simulated on a CPU-host profile vs measured with {backend} ({result['real']['steps']} steps; "
+          f"losses {', '.join(f'{x:.4f}' for x in result['real']['losses'])})")
+    print(f"note: {result['profile']}\n")
+    print(f"  {'':<22}{'simulated':>12}{'measured':>12}{'error':>10}")
+    print(_line("step time", c["step_time_s"], units.human_time))
+    print("time per op class (mean per rank; measured ops run one at a time, simulated streams overlap):")
+    for kind in OP_CLASSES:
+        row = c["op_time_s"][kind]
+        if row["sim"] or row["real"]:
+            print(_line(kind, row, units.human_time))
+    print("bytes per rank and step (largest rank):")
+    for key, label in (("bytes_sent", "sent"), ("bytes_received", "received"), ("offload_bytes", "offload")):
+        row = c[key]
+        if row["sim"] or row["real"]:
+            print(_line(label, row, units.human_bytes, f"equal on {row['ranks_equal']}/{row['ranks']} ranks"))
+    print("memory per rank (peak of each category, largest rank):")
+    for category in MEMORY_ROWS:
+        row = c["memory"][category]
+        if row["sim"] or row["real"]:
+            print(_line(category, row, units.human_bytes))
+    for note in result["real"]["notes"] + result["sim"]["notes"]:
+        print(f"note: {note}")

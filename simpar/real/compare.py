@@ -1,0 +1,83 @@
+"""Run a scenario for real and set it beside the simulator's prediction: ``simpar run --compare-real``.
+
+The measured run is reported in the simulator's own schema (``SimResult.to_json``: step time,
+breakdown, and per rank bytes, memory per category, time per op class) so the two can be laid
+side by side; ``comparison`` gives each figure's relative error, (simulated - measured) / measured.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from simpar.plan import OP_CLASSES
+from simpar.real.executor import check_supported, run_rank
+from simpar.real.launch import launch
+from simpar.scenario import Scenario
+from simpar.sim import PARTS
+from simpar.strategies import build_plan
+
+MEMORY_ROWS = ("params", "grads", "optimizer", "activations", "buffers", "peak", "host")
+_PART_OF = {"forward": "compute", "backward": "compute", "optimizer step": "compute",
+            "collectives": "communication", "pipeline p2p": "communication", "offload copies": "offload"}
+
+
+def run_real(scenario: Scenario, steps: int, seed: int = 0, timeout: float = 600.0, backend: str = "gloo",
+             progress=None) -> dict:
+    """Perform ``steps`` training steps on one process per rank; the measured run as sim-like JSON."""
+    check_supported(scenario)
+    world = scenario.strategy.dp * scenario.strategy.pp * scenario.strategy.tp
+    ranks = launch(run_rank, world, (scenario, steps, seed), timeout=timeout, backend=backend, progress=progress)
+    return real_json(scenario, ranks, steps)
+
+
+def real_json(scenario: Scenario, ranks: list[dict], steps: int) -> dict:
+    # Ranks finish a step together (they exchange data), so a step lasts as long as its slowest
+    # rank; the first step warms up allocators and connections, so it is left out when possible.
+    per_step = [max(r["step_times"][i] for r in ranks) for i in range(steps)]
+    step_time = statistics.median(per_step[1:] if steps > 1 else per_step)
+    out_ranks, totals = [], dict.fromkeys(PARTS, 0.0)
+    offload = any(r["offload_bytes"] for r in ranks)
+    plan = build_plan(scenario)
+    for rank, result in enumerate(ranks):
+        busy = dict.fromkeys(OP_CLASSES, 0.0)
+        for entry in result["timeline"]:
+            busy[entry["class"]] += entry["end"] - entry["start"]
+        parts = dict.fromkeys(PARTS, 0.0)
+        for kind, seconds in busy.items():  # the CPU's step is offload work when the optimizer is offloaded
+            parts["offload" if (offload and kind == "optimizer step") else _PART_OF[kind]] += seconds
+        parts["idle"] = max(0.0, step_time - sum(parts.values()))
+        for part in PARTS:
+            totals[part] += parts[part] / len(ranks)
+        out_ranks.append({"rank": rank, "program": plan.program_of(rank).name, "bytes_sent": result["bytes_sent"] // steps,
+                          "bytes_received": result["bytes_received"] // steps,
+                          "offload_bytes": result["offload_bytes"] // steps, "memory": result["memory"],
+                          "breakdown": parts, "op_time": busy, "step_times_s": result["step_times"]})
+    return {"step_time_s": step_time, "breakdown": totals, "ranks": out_ranks, "links": [], "steps": steps,
+            "losses": ranks[0]["losses"],
+            "notes": ["time per op: ops run one after another here (no stream overlap); a pipeline "
+                      "receive's time includes waiting for the sender (the bubble)"]}
+
+
+def _error(sim: float, real: float) -> float | None:
+    if real == 0:
+        return 0.0 if sim == 0 else None
+    return (sim - real) / real
+
+
+def _row(sim: float, real: float) -> dict:
+    return {"sim": sim, "real": real, "error": _error(sim, real)}
+
+
+def comparison(sim: dict, real: dict) -> dict:
+    """Relative errors: step time, mean time per op class, bytes per rank, memory per category (max)."""
+    n = len(real["ranks"])
+    pairs = list(zip(sim["ranks"], real["ranks"]))
+    out = {"step_time_s": _row(sim["step_time_s"], real["step_time_s"]),
+           "op_time_s": {kind: _row(sum(s["op_time"][kind] for s, _ in pairs) / n,
+                                    sum(r["op_time"][kind] for _, r in pairs) / n) for kind in OP_CLASSES},
+           "memory": {c: _row(max(s["memory"][c] for s, _ in pairs), max(r["memory"][c] for _, r in pairs))
+                      for c in MEMORY_ROWS}}
+    for key in ("bytes_sent", "bytes_received", "offload_bytes"):
+        out[key] = {**_row(max(s[key] for s, _ in pairs), max(r[key] for _, r in pairs)),
+                    "ranks_equal": sum(s[key] == r[key] for s, r in pairs), "ranks": n}
+    return out

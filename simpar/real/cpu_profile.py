@@ -1,0 +1,60 @@
+"""A rough built-in profile of the CPU machine the executor runs on (gloo, one process per rank),
+so ``--compare-real`` has a machine to simulate before calibration measures the real one.
+
+Each rank is a process with its own slice of the machine: when there are more ranks than cores
+they share the cores evenly (compute, memory bandwidth and the CPU's Adam all slow down by
+cores/ranks); ranks talk through gloo's TCP loopback, modelled as one switch. Every figure here
+is an order-of-magnitude guess for a current x86-64 core, not a measurement: expect errors of
+several times, above all for tiny models, whose time goes to per-op overheads a roofline does
+not see.
+"""
+
+from __future__ import annotations
+
+import os
+
+from simpar import devices
+from simpar.devices.specs import GPUSpec, HostSpec
+from simpar.topologies.graph import Link, Topology
+
+CORE_FP32_FLOPS = 100e9  # AVX2: 2 FMA units x 8 lanes x 2 FLOPs x ~3 GHz
+ACHIEVABLE = 0.1  # hidden sizes of 64-128 keep matrix kernels far from peak
+CORE_MEMORY_BANDWIDTH = 10e9  # bytes/s one core streams from DRAM
+CORE_ADAM_PARAMS_PER_S = 1e8  # torch's CPU Adam (foreach), one core
+LOOPBACK_BANDWIDTH = 2e9  # gloo over TCP on localhost, bytes/s per direction per process
+LOOPBACK_LATENCY = 50e-6  # per message, through the kernel's TCP stack
+MEMCPY_BANDWIDTH = 5e9  # an offload "copy" between two tensors in the same DRAM
+NOTE = ("the simulator priced this run with simpar's rough built-in CPU-host profile (100 GFLOP/s x 0.1 "
+        "per core, 2 GB/s and 50 us over loopback, cores shared by the ranks), not a calibrated one: "
+        "expect large time errors; bytes and model-state memory are exact")
+
+
+def _memory_bytes() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 16 * 2**30
+
+
+def cpu_topology(world: int, cores: int | None = None) -> Topology:
+    """``world`` rank processes on a machine with ``cores`` cores (default: this machine's)."""
+    cores = cores or os.cpu_count() or 1
+    share = min(1.0, cores / world)
+    ram = _memory_bytes()
+    flops = CORE_FP32_FLOPS * share
+    rank_device = GPUSpec("cpu-core", flops, None, flops, flops, ACHIEVABLE, ram // world,
+                          CORE_MEMORY_BANDWIDTH * share, "simpar's rough CPU profile (a share of one core)")
+    host = HostSpec("cpu-host", max(1, round(share)), ram // world, MEMCPY_BANDWIDTH, flops,
+                    CORE_ADAM_PARAMS_PER_S * share, "simpar's rough CPU profile")
+    topo = Topology("cpu-host", f"{world} gloo processes on {cores} CPU cores, TCP loopback between them")
+    topo.add_node("loopback", "eth-switch", machine=None)
+    for rank in range(world):  # a machine per rank: its "GPU" memory and its own slice of host DRAM
+        gpu = topo.add_node(f"gpu{rank}", "gpu", machine=rank, spec=rank_device)
+        topo.connect(gpu, "loopback", Link("eth", LOOPBACK_BANDWIDTH * share, LOOPBACK_LATENCY))
+        root = topo.add_node(f"m{rank}-cpu", "root", machine=rank)
+        topo.connect(gpu, root, Link("membus", MEMCPY_BANDWIDTH * share, 1e-6))
+        topo.add_node(f"m{rank}-host", "host", machine=rank, spec=host)
+        topo.connect(f"m{rank}-host", root, Link("membus", MEMCPY_BANDWIDTH * share, 1e-6))
+        topo.add_node(f"m{rank}-nvme", "nvme", machine=rank, spec=devices.nvme("nvme-gen4"))
+        topo.connect(f"m{rank}-nvme", root, Link("pcie", 2e9 * share, 10e-6))
+    return topo

@@ -1,8 +1,15 @@
 """``simpar run --compare-real``: the measured run in the simulator's schema, with relative errors."""
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
+
+from simpar.real.launch import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -34,3 +41,59 @@ def test_compare_real_table_and_errors(cli):
                           (("--strategy", "zero3-infinity"), "--compare-real: the executor performs")]:
         result = cli("run", "--gpus", "2", "--compare-real", *args)
         assert result.returncode == 2 and message in result.stderr, result.stderr
+
+
+def _descendants(pid: int) -> set[int]:
+    """Live (not zombie) processes below ``pid``, from /proc."""
+    parents = {}
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/stat") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z":
+            parents[int(entry)] = int(fields[1])
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def test_ctrl_c_stops_the_run_and_leaves_no_rank_behind():
+    """Ctrl-C in a terminal interrupts the whole foreground process group: simpar and its ranks."""
+    command = [sys.executable, "-m", "simpar", "run", "--strategy", "ddp", "--gpus", "4", "--steps", "1000",
+               "--compare-real"]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    deadline = time.monotonic() + 60
+    ranks: set[int] = set()
+    while len(ranks) < 4 and time.monotonic() < deadline:  # wait until the ranks are up
+        ranks = {p for p in _descendants(proc.pid) if b"spawn_main" in open(f"/proc/{p}/cmdline", "rb").read()}
+        time.sleep(0.5)
+    assert len(ranks) == 4
+    time.sleep(3)  # into the training steps
+    os.killpg(proc.pid, signal.SIGINT)
+    _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 130 and "interrupted" in stderr
+    assert [p for p in ranks if _alive(p)] == []
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_the_same_worker_runs_under_torchrun(tmp_path):
+    port = str(free_port())
+    done = subprocess.run(["torchrun", "--nproc-per-node", "2", "--master-port", port, "-m", "simpar.real.torchrun",
+                           "--strategy", "zero1", "--gpus", "2", "--steps", "2", "--json", str(tmp_path / "out.json")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads((tmp_path / "out.json").read_text())
+    assert result["comparison"]["bytes_sent"]["ranks_equal"] == 2
+    assert result["comparison"]["memory"]["optimizer"]["error"] == 0

@@ -22,7 +22,8 @@ from simpar.sim import simulate
 BACKENDS = ("gloo", "nccl")
 
 
-def run_and_compare(args, scenario: Scenario) -> int:
+def real_options(args) -> tuple[int, float, int, str]:
+    """--steps, --timeout, --seed and --backend, checked."""
     steps = units.positive_int(args.steps, "--steps")
     timeout = units.positive(args.timeout, "--timeout")
     seed = units.positive_int(args.seed, "--seed", minimum=0)
@@ -33,12 +34,23 @@ def run_and_compare(args, scenario: Scenario) -> int:
         have = torch.cuda.device_count() if torch.cuda.is_available() else 0
         raise SimparError(f"--backend: the executor runs its ranks on CPU tensors with gloo so far; nccl is "
                           f"not supported yet (this machine has {have} CUDA GPU(s))")
+    return steps, timeout, seed, backend
+
+
+def run_and_compare(args, scenario: Scenario) -> int:
+    steps, timeout, seed, backend = real_options(args)
     check_supported(scenario)
     world = scenario.strategy.dp * scenario.strategy.pp * scenario.strategy.tp
-    sim = simulate(scenario, topology=cpu_topology(world), replay=not args.no_replay).to_json()
     with tqdm(total=world * steps, desc=f"{world} ranks x {steps} steps", unit="step", file=sys.stderr,
               disable=None, leave=False) as bar:  # disable=None: no bar when stderr is not a terminal
         real = run_real(scenario, steps, seed, timeout, backend, progress=lambda done: bar.update(done - bar.n))
+    return report(args, scenario, real, backend)
+
+
+def report(args, scenario: Scenario, real: dict, backend: str) -> int:
+    """Simulate the scenario on the CPU-host profile and print (or write) it beside ``real``."""
+    world = scenario.strategy.dp * scenario.strategy.pp * scenario.strategy.tp
+    sim = simulate(scenario, topology=cpu_topology(world), replay=not args.no_replay).to_json()
     result = {"scenario": scenario_json(scenario), "profile": NOTE, "sim": sim, "real": real,
               "comparison": comparison(sim, real)}
     if args.json and write_json(result, args.json):

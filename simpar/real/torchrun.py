@@ -1,0 +1,57 @@
+"""The executor under ``torchrun``, for runs across machines: every process is one rank.
+
+    torchrun --nnodes 2 --nproc-per-node 8 --rdzv-backend c10d --rdzv-endpoint HOST:29500 \\
+        -m simpar.real.torchrun --strategy zero2 --gpus 16 [any 'simpar run' flag]
+
+It takes the flags of ``simpar run`` (``--compare-real`` is implied), performs the same Plan with the
+same worker as ``simpar run --compare-real`` (``run_rank``), and rank 0 prints the side-by-side
+table (or ``--json``). torchrun supplies RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT; ``--gpus``
+must equal WORLD_SIZE. If a rank fails, torchrun's agent stops the others.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from datetime import timedelta
+
+import torch.distributed as dist
+
+from simpar.cli import build_parser
+from simpar.cli.run import scenario_from_args
+from simpar.cli.run_compare import real_options, report
+from simpar.errors import SimparError
+from simpar.real.compare import real_json
+from simpar.real.executor import check_supported, run_rank
+from simpar.real.launch import _OP_CHARS, RankContext
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(["run", *(sys.argv[1:] if argv is None else argv), "--compare-real"])
+    scenario = scenario_from_args(args)
+    steps, timeout, seed, backend = real_options(args)
+    check_supported(scenario)
+    rank, world = int(os.environ.get("RANK", "-1")), int(os.environ.get("WORLD_SIZE", "0"))
+    if rank < 0:
+        raise SimparError("torchrun: RANK and WORLD_SIZE are not set; start this module with torchrun")
+    if world != scenario.cluster.gpus:
+        raise SimparError(f"--gpus: {scenario.cluster.gpus} ranks asked for, torchrun started {world}")
+    dist.init_process_group(backend, rank=rank, world_size=world, timeout=timedelta(seconds=timeout))
+    try:
+        ctx = RankContext(rank, world, backend, bytearray(_OP_CHARS * world))
+        mine = run_rank(ctx, scenario, steps, seed)
+        gathered = [None] * world if rank == 0 else None
+        dist.gather_object(mine, gathered, dst=0)
+        if rank == 0:
+            return report(args, scenario, real_json(scenario, gathered, steps), backend)
+        return 0
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except SimparError as exc:
+        print(f"simpar: error: {exc}", file=sys.stderr)
+        sys.exit(2)

@@ -61,8 +61,10 @@ def _descendants(pid: int) -> set[int]:
     return found
 
 
-def test_ctrl_c_stops_the_run_and_leaves_no_rank_behind():
-    """Ctrl-C in a terminal interrupts the whole foreground process group: simpar and its ranks."""
+@pytest.mark.parametrize("whole_group", [True, False])
+def test_ctrl_c_stops_the_run_and_leaves_no_rank_behind(whole_group):
+    """Ctrl-C in a terminal interrupts the whole foreground process group (simpar and its ranks);
+    a SIGINT to simpar alone must still take its ranks down."""
     command = [sys.executable, "-m", "simpar", "run", "--strategy", "ddp", "--gpus", "4", "--steps", "1000",
                "--compare-real"]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -74,7 +76,10 @@ def test_ctrl_c_stops_the_run_and_leaves_no_rank_behind():
         time.sleep(0.5)
     assert len(ranks) == 4
     time.sleep(3)  # into the training steps
-    os.killpg(proc.pid, signal.SIGINT)
+    if whole_group:
+        os.killpg(proc.pid, signal.SIGINT)
+    else:
+        proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=30)
     assert proc.returncode == 130 and "interrupted" in stderr
     assert [p for p in ranks if _alive(p)] == []

@@ -38,7 +38,8 @@ def test_compare_real_table_and_errors(cli):
     for args, message in [(("--topology", "pcie"), "--topology: --compare-real simulates the machine"),
                           (("--backend", "mpi"), "--backend: must be one of gloo, nccl"),
                           (("--steps", "0"), "--steps"),
-                          (("--strategy", "zero3-infinity"), "--compare-real: the executor performs")]:
+                          (("--algo", "tree"), "--algo: the executor performs ring and ps"),
+                          (("--precision", "bf16-mixed"), "--precision: the CPU executor runs fp32")]:
         result = cli("run", "--gpus", "2", "--compare-real", *args)
         assert result.returncode == 2 and message in result.stderr, result.stderr
 

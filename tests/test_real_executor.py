@@ -24,7 +24,7 @@ STEPS = 3
     ("dp", 2, "sgd", 1e-6), ("ddp", 2, "sgd", 1e-6), ("ddp", 3, "adam", 1e-4), ("zero1", 2, "sgd", 1e-6),
     ("zero1", 4, "adam", 1e-4), ("zero2", 2, "sgd", 1e-6), ("zero2", 3, "sgd-momentum", 1e-6),
     ("zero3", 2, "sgd", 1e-6), ("zero3", 4, "adam", 1e-4), ("zero2-offload", 2, "adam", 1e-4),
-    ("zero3-offload", 2, "sgd", 1e-6),
+    ("zero3-offload", 2, "sgd", 1e-6), ("zero3-infinity", 2, "adam", 1e-4), ("zero3-infinity", 2, "sgd-momentum", 1e-6),
 ])
 def test_strategy_trains_like_one_process_and_sends_the_simulated_bytes(strategy, world, optimizer, atol):
     scenario = make_scenario(model("tiny"), strategy, world, micro_batch=2, microbatches=2, precision="fp32",
@@ -51,7 +51,7 @@ def _check_bytes(scenario, ranks):
     assert [r["offload_bytes"] for r in ranks] == [STEPS * r["offload_bytes"] for r in simulated]
     plan = build_plan(scenario)
     for rank, (real, sim) in enumerate(zip(ranks, simulated)):
-        for category in ("params", "grads", "optimizer", "host"):
+        for category in ("params", "grads", "optimizer", "host", "nvme"):
             assert abs(real["memory"][category] - sim["memory"][category]) <= _uneven(plan, rank), (rank, category)
         assert real["memory"]["activations"] > 0  # seen through autograd's saved-tensor hooks
         timed = [op for op in build_plan(scenario).program_of(rank).ops if op_class(op)]
@@ -96,3 +96,13 @@ def test_tensor_parallel_trains_like_one_process_and_sends_the_simulated_bytes(s
     ranks = launch(run_rank, world, (scenario, STEPS, 0), timeout=240)
     _check_training(ranks, single_process(scenario, STEPS, 0), atol)
     _check_bytes(scenario, ranks)
+
+
+def test_full_recomputation_trains_like_one_process_and_keeps_fewer_activations():
+    kw = dict(micro_batch=2, microbatches=2, precision="fp32", optimizer="sgd", topology="pcie")
+    plain = launch(run_rank, 2, (make_scenario(UNTIED, "zero3", 2, **kw), 1, 0), timeout=240)
+    scenario = make_scenario(UNTIED, "zero3", 2, recompute="full", **kw)
+    ranks = launch(run_rank, 2, (scenario, STEPS, 0), timeout=240)
+    _check_training(ranks, single_process(scenario, STEPS, 0), 1e-6)
+    _check_bytes(scenario, ranks)
+    assert ranks[0]["memory"]["activations"] < plain[0]["memory"]["activations"] / 2

@@ -17,18 +17,35 @@ from collections import defaultdict
 
 import torch
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
 from simpar.errors import SimparError
 from simpar.plan import Alloc, Collective, Compute, Copy, Free, Recv, Send
 from simpar.real.comm import CountingComm
 from simpar.real.instrument import Recorder, SavedActivations
 from simpar.real.model import build_model, synthetic_batch
+from simpar.real.nvme import NVMeStore
 from simpar.real.tensor_parallel import TensorParallelModel, gather_full_parameters
 from simpar.scenario import Scenario
 from simpar.strategies import build_plan
 
-SUPPORTED = ("dp", "ddp", "zero1", "zero2", "zero3", "zero2-offload", "zero3-offload", "pp", "tp", "3d")
 LEARNING_RATE = 1e-3
+
+
+def _name(what: str, units: tuple[int, ...]) -> str:
+    return f"{what}-units{units[0]}-{units[-1]}"
+
+
+def fresh_state(optimizer: torch.optim.Optimizer, param: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The state the optimizer would create at its first step (zeros), made up front so it can
+    live on NVMe from the start, as ZeRO-Infinity allocates it. SGD's momentum from zeros equals
+    torch's first-step copy of the gradient."""
+    if isinstance(optimizer, (torch.optim.Adam, torch.optim.AdamW)):
+        return {"step": torch.tensor(0.0), "exp_avg": torch.zeros_like(param),
+                "exp_avg_sq": torch.zeros_like(param)}
+    if optimizer.defaults.get("momentum"):
+        return {"momentum_buffer": torch.zeros_like(param)}
+    return {}
 
 
 def make_optimizer(name: str, params):
@@ -39,17 +56,21 @@ def make_optimizer(name: str, params):
 
 
 def check_supported(scenario: Scenario) -> None:
-    if scenario.strategy.name not in SUPPORTED:
-        raise SimparError(f"--compare-real: the executor performs {', '.join(SUPPORTED)} so far, "
-                          f"not {scenario.strategy.name}")
-    if scenario.strategy.pp > 1 and scenario.model.tied_embeddings:
+    """What the executor cannot perform yet, as one clear error naming the flag."""
+    spec = scenario.strategy
+    if spec.pp > 1 and scenario.model.tied_embeddings:
         raise SimparError(f"--model: {scenario.model.name} ties its embedding and head, which the executor "
                           "cannot split across pipeline stages yet; use an untied model")
-    if scenario.strategy.tp > 1 and scenario.model.vocab % scenario.strategy.tp:
+    if spec.tp > 1 and scenario.model.vocab % spec.tp:
         raise SimparError(f"--tp: the executor splits {scenario.model.name}'s vocabulary of {scenario.model.vocab} "
-                          f"evenly, which tp {scenario.strategy.tp} does not divide")
+                          f"evenly, which tp {spec.tp} does not divide")
     if scenario.train.precision != "fp32":
         raise SimparError("--precision: the CPU executor runs fp32 (use --precision fp32)")
+    if spec.algo not in (None, "ring", "ps"):
+        raise SimparError(f"--algo: the executor performs ring and ps (Worker-Server) collectives, not {spec.algo}")
+    if spec.recompute == "selective" or (spec.recompute == "full" and spec.tp > 1):
+        raise SimparError("--recompute: the executor recomputes whole layers (full) without tensor parallelism "
+                          "only")
 
 
 class RankExecutor:
@@ -72,6 +93,8 @@ class RankExecutor:
         self.grads_sharded = self._sharded_state("grads")  # so they live only as the reduced shard
         self.params_sharded = self._sharded_state("params")  # then no rank holds the updated whole
         self.offload = any(isinstance(op, Copy) for op in self.program.ops)
+        self.nvme = NVMeStore(ctx.rank) if any(isinstance(op, Copy) and "nvme" in (op.src, op.dst)
+                                               for op in self.program.ops) else None
         self.shapes = {id(p): p.shape for params in self.unit_params for p in params}
         self.pending_sends: list = []
         self.copied = 0  # offload bytes between "GPU" and "host" memory (both DRAM on a CPU run)
@@ -96,6 +119,12 @@ class RankExecutor:
         self.optimized = optimized  # what the optimizer updates, by bucket (sharded strategies)
         self.optimizer = make_optimizer(scenario.train.optimizer,
                                         list(optimized.values()) if buckets else self.model.parameters())
+        if self.nvme is not None:  # ZeRO-Infinity: shards and optimizer states start out on NVMe
+            for units, param in self.host_shards.items():
+                self.nvme.write(_name("params", units), {"shard": param.detach()})
+                self.nvme.write(_name("states", units), fresh_state(self.optimizer, param))
+                param.data = torch.empty(0)
+            self.shards.clear()
         self.recorder = Recorder(torch.device("cpu"))
         self.activations = SavedActivations(self.model.parameters())
 
@@ -153,6 +182,11 @@ class RankExecutor:
         if self.offload:
             held[("host", "params")] = list(self.host_shards.values())
             held[("host", "grads")] = list(self.host_grads.values())
+        if self.nvme is not None:  # what the CPU holds only while it steps, and what rests on NVMe
+            held[("host", "buffers")] = held.pop(("host", "params")) + held.pop(("host", "optimizer"))
+            held[("gpu", "buffers")] += list(self.shards.values())
+            held[("gpu", "params")] = []
+            held[("nvme", "params")], held[("nvme", "optimizer")] = self.nvme.nbytes("params"), self.nvme.nbytes("states")
         return held
 
     def step(self, step: int) -> float:
@@ -212,8 +246,12 @@ class RankExecutor:
                 self.reduction = self.model.forward_piece(op.unit, op.microbatch, half, inputs[key], targets,
                                                           1 / m, outputs)
             return 0.0
+        unit = self.model.units[op.unit]
         with self.activations.hooks(key):
-            out = self.model.units[op.unit](inputs[key])
+            if self.scenario.strategy.recompute == "full" and 0 < op.unit < len(self.model.units) - 1:
+                out = checkpoint(unit, inputs[key], use_reentrant=False)  # keeps only the layer's input
+            else:
+                out = unit(inputs[key])
         if op.unit == len(self.model.units) - 1:  # mean over the micro-batch, scaled to the step's mean
             out = F.cross_entropy(out.float().reshape(-1, out.shape[-1]), targets.reshape(-1)) / m
             outputs[key] = out
@@ -292,6 +330,8 @@ class RankExecutor:
         elif op.op == "allgather" and op.payload == "params":
             full = self.comm.ring_all_gather(self.shards[op.units].detach(), self._numel(op.units), self.group)
             self._unflatten_into(op.units, full, "data", view=self.params_sharded)
+            if self.nvme is not None:  # the shard read from NVMe has served its gather
+                del self.shards[op.units]
         else:
             raise SimparError(f"--compare-real: the executor cannot perform {op.op} of {op.payload} yet")
 
@@ -299,15 +339,38 @@ class RankExecutor:
         return sum(self.shapes[id(p)].numel() for u in units for p in self.unit_params[u])
 
     def _copy(self, op: Copy) -> None:
-        """Offload: reduced gradient shards down to the host, updated parameter shards back."""
-        if op.src == "gpu" and op.dst == "host" and op.payload == "grads":
+        """Offload: reduced gradient shards down to the host, updated parameter shards back up;
+        ZeRO-Infinity: parameter shards and optimizer states to and from NVMe."""
+        route = (op.src, op.dst, op.payload.split()[0])
+        every = [op.units] if op.units else list(self.host_shards)
+        if route == ("gpu", "host", "grads"):
             moved = self.shard_grads.pop(op.units).clone()
             self.host_grads[op.units] = self.host_grads.get(op.units, 0) + moved
             self.copied += moved.numel() * moved.element_size()
-        elif op.src == "host" and op.dst == "gpu" and op.payload == "params":
-            for units in op.units and [op.units] or list(self.shards):
+        elif route == ("host", "gpu", "params"):
+            for units in every:
                 self.shards[units].copy_(self.host_shards[units].detach())
                 self.copied += self.shards[units].numel() * self.shards[units].element_size()
+        elif route == ("nvme", "gpu", "params"):  # read for the all-gather, dropped after it
+            self.shards[op.units] = self.nvme.read(_name("params", op.units))["shard"]
+            self.copied += self.shards[op.units].numel() * self.shards[op.units].element_size()
+        elif route[:2] == ("nvme", "host"):
+            for units in every:
+                param = self.host_shards[units]
+                if route[2] == "params":
+                    param.data = self.nvme.read(_name("params", units))["shard"]
+                    self.copied += param.numel() * param.element_size()
+                else:
+                    self.optimizer.state[param] = self.nvme.read(_name("states", units))
+                    self.copied += self.nvme.held[_name("states", units)]
+        elif route[:2] == ("host", "nvme"):
+            for units in every:
+                param = self.host_shards[units]
+                if route[2] == "params":
+                    self.copied += self.nvme.write(_name("params", units), {"shard": param.detach()})
+                    param.data = torch.empty(0)
+                else:
+                    self.copied += self.nvme.write(_name("states", units), self.optimizer.state.pop(param))
         else:
             raise SimparError(f"--compare-real: the executor cannot copy {op.payload} {op.src}->{op.dst} yet")
 
@@ -331,13 +394,23 @@ class RankExecutor:
 def run_rank(ctx, scenario: Scenario, steps: int, seed: int) -> dict:
     torch.manual_seed(seed)
     executor = RankExecutor(ctx, scenario, seed)
+    try:
+        return _train(ctx, executor, steps)
+    finally:
+        if executor.nvme is not None:
+            executor.nvme.close()
+
+
+def _train(ctx, executor: RankExecutor, steps: int) -> dict:
     losses = []
     for step in range(steps):
         losses.append(executor.step(step))
         ctx.step_done()
     if executor.params_sharded:  # parameters stay sharded after the step: gather
         final = CountingComm(ctx.rank)  # them to report, outside the counted traffic
-        for units, shard in executor.shards.items():
+        for units in executor.optimized:
+            shard = (executor.nvme.read(_name("params", units))["shard"] if executor.nvme is not None
+                     else executor.shards[units])
             whole = final.ring_all_gather(shard.detach(), executor._numel(units), executor.group)
             executor._unflatten_into(units, whole, "data", view=True)
     if isinstance(executor.model, TensorParallelModel):

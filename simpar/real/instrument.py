@@ -104,7 +104,7 @@ class Recorder:
         memory["peak"] = self.peak_total["gpu"]
         memory["host"] = self.peak_total["host"]
         memory["host_by_category"] = {c: self.peaks[("host", c)] for c in categories if self.peaks[("host", c)]}
-        memory["nvme"] = 0
+        memory["nvme"] = self.peak_total["nvme"]
         if self.device.type == "cuda":
             memory["device_peak"] = torch.cuda.max_memory_allocated(self.device)
         return memory

@@ -64,20 +64,26 @@ def build_zero3(scenario: Scenario) -> Plan:
 
 def _params_from_nvme(prog: Program, work: Work, unit: int, mb: int, deps) -> int:
     nbytes = work.w * work.units[unit].params // len(prog.ranks)
-    return prog.add(Copy, "copy", deps, src="nvme", dst="gpu", nbytes=nbytes, payload=f"params unit{unit} mb{mb}")
+    return prog.add(Copy, "copy", deps, src="nvme", dst="gpu", nbytes=nbytes, payload=f"params unit{unit} mb{mb}",
+                    units=(unit,))
 
 
 def _nvme_step(prog: Program, work: Work, last) -> int:
-    """Optimizer states stream in from NVMe, the CPU updates them, both go back out."""
+    """Optimizer states stream in from NVMe, the CPU updates them, both go back out. In fp32 the
+    parameter shard on NVMe is the master copy the CPU updates, so it is read in as well (with
+    mixed precision the fp32 master is one of the K optimizer bytes)."""
     n = len(prog.ranks)
     phi = work.params(range(work.num_units))
     states = work.k * phi // n
-    prog.alloc("copy", "buffers", states, memory="host", payload="optimizer states from NVMe")
-    read = prog.add(Copy, "copy", last, src="nvme", dst="host", nbytes=states, payload="optimizer states")
-    update = prog.add(Compute, "host", [read], phase="step", params=phi // n, device="host")
+    master = 0 if work.mixed else work.w * phi // n
+    prog.alloc("copy", "buffers", states + master, memory="host", payload="optimizer states from NVMe")
+    reads = [prog.add(Copy, "copy", last, src="nvme", dst="host", nbytes=states, payload="optimizer states")]
+    if master:
+        reads.append(prog.add(Copy, "copy", last, src="nvme", dst="host", nbytes=master, payload="params"))
+    update = prog.add(Compute, "host", reads, phase="step", params=phi // n, device="host")
     prog.add(Copy, "copy", [update], src="host", dst="nvme", nbytes=states, payload="optimizer states")
     done = prog.add(Copy, "copy", [update], src="host", dst="nvme", nbytes=work.w * phi // n, payload="params")
-    prog.free("copy", "buffers", states, memory="host", payload="optimizer states from NVMe")
+    prog.free("copy", "buffers", states + master, memory="host", payload="optimizer states from NVMe")
     return done
 
 

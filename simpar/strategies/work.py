@@ -32,6 +32,7 @@ class Work:
     def __init__(self, scenario: Scenario):
         model, train, spec = scenario.model, scenario.train, scenario.strategy
         self.w = train.weight_bytes  # bytes per weight and per gradient element
+        self.mixed = train.mixed
         self.k = train.optimizer_bytes
         self.layers, self.hidden = model.layers, model.hidden
         b, s, h, t = train.micro_batch, model.seq, model.hidden, spec.tp

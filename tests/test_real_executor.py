@@ -106,3 +106,14 @@ def test_full_recomputation_trains_like_one_process_and_keeps_fewer_activations(
     _check_training(ranks, single_process(scenario, STEPS, 0), 1e-6)
     _check_bytes(scenario, ranks)
     assert ranks[0]["memory"]["activations"] < plain[0]["memory"]["activations"] / 2
+
+
+@pytest.mark.parametrize("strategy,world,kw", [("zero3", 3, {}), ("3d", 4, {"dp": 2, "tp": 2})])
+def test_native_collectives_train_alike_and_are_not_counted_as_the_algorithms_traffic(strategy, world, kw):
+    """--collectives native: gloo's own all-reduce / all-gather (reduce-scatter through an all-reduce,
+    uneven all-gathers padded); traffic is the backend's, so it is reported as not measured."""
+    scenario = make_scenario(model("tiny"), strategy, world, micro_batch=2, microbatches=2, precision="fp32",
+                             optimizer="sgd", topology="pcie", **kw)
+    ranks = launch(run_rank, world, (scenario, STEPS, 0, "native"), timeout=240)
+    _check_training(ranks, single_process(scenario, STEPS, 0), 1e-6)
+    assert all(r["bytes_sent"] is None and r["bytes_received"] is None for r in ranks)

@@ -63,6 +63,9 @@ def register(sub) -> None:
     real.add_argument("--backend", default="gloo", help="torch.distributed backend: gloo (CPU, default) or nccl")
     real.add_argument("--timeout", default="600", help="seconds before a hung run is aborted (default 600)")
     real.add_argument("--seed", default="0", help="seed of the model's weights and the token batches")
+    real.add_argument("--collectives", default="explicit",
+                      help="explicit (default): the Plan's algorithm (ring, Worker-Server) as counted point-to-point "
+                           "sends; native: the backend's own collectives, timed but their traffic not counted")
     add_json_flag(p, "{scenario, sim} (with --compare-real also real and comparison)")
     p.set_defaults(handler=run)
 

@@ -20,10 +20,11 @@ from simpar.scenario import Scenario
 from simpar.sim import simulate
 
 BACKENDS = ("gloo", "nccl")
+COLLECTIVES = ("explicit", "native")
 
 
-def real_options(args) -> tuple[int, float, int, str]:
-    """--steps, --timeout, --seed and --backend, checked."""
+def real_options(args) -> tuple[int, float, int, str, str]:
+    """--steps, --timeout, --seed, --backend and --collectives, checked."""
     steps = units.positive_int(args.steps, "--steps")
     timeout = units.positive(args.timeout, "--timeout")
     seed = units.positive_int(args.seed, "--seed", minimum=0)
@@ -34,16 +35,20 @@ def real_options(args) -> tuple[int, float, int, str]:
         have = torch.cuda.device_count() if torch.cuda.is_available() else 0
         raise SimparError(f"--backend: the executor runs its ranks on CPU tensors with gloo so far; nccl is "
                           f"not supported yet (this machine has {have} CUDA GPU(s))")
-    return steps, timeout, seed, backend
+    collectives = args.collectives.strip().lower()
+    if collectives not in COLLECTIVES:
+        raise SimparError(f"--collectives: must be one of {', '.join(COLLECTIVES)}, got {args.collectives!r}")
+    return steps, timeout, seed, backend, collectives
 
 
 def run_and_compare(args, scenario: Scenario) -> int:
-    steps, timeout, seed, backend = real_options(args)
+    steps, timeout, seed, backend, collectives = real_options(args)
     check_supported(scenario)
     world = scenario.strategy.dp * scenario.strategy.pp * scenario.strategy.tp
     with tqdm(total=world * steps, desc=f"{world} ranks x {steps} steps", unit="step", file=sys.stderr,
               disable=None, leave=False) as bar:  # disable=None: no bar when stderr is not a terminal
-        real = run_real(scenario, steps, seed, timeout, backend, progress=lambda done: bar.update(done - bar.n))
+        real = run_real(scenario, steps, seed, timeout, backend, progress=lambda done: bar.update(done - bar.n),
+                        collectives=collectives)
     return report(args, scenario, real, backend)
 
 
@@ -64,7 +69,8 @@ def _percent(error: float | None) -> str:
 
 
 def _line(label: str, row: dict, show, extra: str = "") -> str:
-    return f"  {label:<22}{show(row['sim']):>12}{show(row['real']):>12}{_percent(row['error']):>10}  {extra}".rstrip()
+    real = "not counted" if row["real"] is None else show(row["real"])
+    return f"  {label:<22}{show(row['sim']):>12}{real:>12}{_percent(row['error']):>10}  {extra}".rstrip()
 
 
 def print_comparison(scenario: Scenario, result: dict, backend: str) -> None:
@@ -86,7 +92,8 @@ def print_comparison(scenario: Scenario, result: dict, backend: str) -> None:
     for key, label in (("bytes_sent", "sent"), ("bytes_received", "received"), ("offload_bytes", "offload")):
         row = c[key]
         if row["sim"] or row["real"]:
-            print(_line(label, row, units.human_bytes, f"equal on {row['ranks_equal']}/{row['ranks']} ranks"))
+            equal = "" if row["ranks_equal"] is None else f"equal on {row['ranks_equal']}/{row['ranks']} ranks"
+            print(_line(label, row, units.human_bytes, equal))
     print("memory per rank (peak of each category, largest rank):")
     for category in MEMORY_ROWS:
         row = c["memory"][category]

@@ -101,3 +101,51 @@ class CountingComm:
         for worker in group[1:]:
             self.send(total, worker)
         return total
+
+
+class NativeComm(CountingComm):
+    """The backend's own collectives (``--collectives native``), for timing what a framework would
+    call. Their traffic is the backend's business (gloo, for one, performs a reduce-scatter as an
+    all-reduce), so it is not counted: ``sent`` and ``received`` stay None and reports say so.
+    Uneven chunks are padded for the all-gather, as the collectives need equal sizes."""
+
+    def __init__(self, rank: int, groups: list[tuple[int, ...]]):
+        super().__init__(rank)
+        self.sent = self.received = None
+        # every rank creates every group, in the same order, as torch.distributed requires
+        self._groups = {g: dist.new_group(list(g)) for g in groups}
+
+    def _exchange(self, send, dst, recv, src) -> None:
+        if send is not None and send.numel():
+            dist.send(send.contiguous(), dst)
+        if recv is not None and recv.numel():
+            dist.recv(recv, src)
+
+    def isend(self, tensor: torch.Tensor, dst: int):
+        return dist.isend(tensor, dst)
+
+    def ring_all_reduce(self, flat: torch.Tensor, group: list[int], op: str = "sum") -> torch.Tensor:
+        if len(group) > 1:
+            reduce_op = dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM
+            dist.all_reduce(flat, op=reduce_op, group=self._groups[tuple(group)])
+        return flat
+
+    def ring_reduce_scatter(self, flat: torch.Tensor, group: list[int], op: str = "sum") -> torch.Tensor:
+        reduced = self.ring_all_reduce(flat, group, op)
+        return torch.tensor_split(reduced, len(group))[group.index(self.rank)].clone()
+
+    def ring_all_gather(self, mine: torch.Tensor, numel: int, group: list[int]) -> torch.Tensor:
+        n = len(group)
+        sizes = [c.numel() for c in torch.tensor_split(torch.empty(numel, device="meta"), n)]
+        padded = torch.zeros(max(sizes), dtype=mine.dtype, device=mine.device)
+        padded[:mine.numel()] = mine
+        gathered = torch.empty(n * max(sizes), dtype=mine.dtype, device=mine.device)
+        if n > 1:
+            gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor  # renamed in 2.13
+            gather(gathered, padded, group=self._groups[tuple(group)])
+        else:
+            gathered.copy_(padded)
+        return torch.cat([gathered[i * max(sizes):i * max(sizes) + size] for i, size in enumerate(sizes)])
+
+    def ps_all_reduce(self, flat: torch.Tensor, group: list[int]) -> torch.Tensor:
+        return self.ring_all_reduce(flat, group)

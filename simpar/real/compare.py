@@ -22,15 +22,20 @@ _PART_OF = {"forward": "compute", "backward": "compute", "optimizer step": "comp
 
 
 def run_real(scenario: Scenario, steps: int, seed: int = 0, timeout: float = 600.0, backend: str = "gloo",
-             progress=None) -> dict:
+             progress=None, collectives: str = "explicit") -> dict:
     """Perform ``steps`` training steps on one process per rank; the measured run as sim-like JSON."""
     check_supported(scenario)
     world = scenario.strategy.dp * scenario.strategy.pp * scenario.strategy.tp
-    ranks = launch(run_rank, world, (scenario, steps, seed), timeout=timeout, backend=backend, progress=progress)
-    return real_json(scenario, ranks, steps)
+    ranks = launch(run_rank, world, (scenario, steps, seed, collectives), timeout=timeout, backend=backend,
+                   progress=progress)
+    return real_json(scenario, ranks, steps, collectives)
 
 
-def real_json(scenario: Scenario, ranks: list[dict], steps: int) -> dict:
+def _per_step(nbytes: int | None, steps: int) -> int | None:
+    return None if nbytes is None else nbytes // steps
+
+
+def real_json(scenario: Scenario, ranks: list[dict], steps: int, collectives: str = "explicit") -> dict:
     # Ranks finish a step together (they exchange data), so a step lasts as long as its slowest
     # rank; the first step warms up allocators and connections, so it is left out when possible.
     per_step = [max(r["step_times"][i] for r in ranks) for i in range(steps)]
@@ -48,17 +53,22 @@ def real_json(scenario: Scenario, ranks: list[dict], steps: int) -> dict:
         parts["idle"] = max(0.0, step_time - sum(parts.values()))
         for part in PARTS:
             totals[part] += parts[part] / len(ranks)
-        out_ranks.append({"rank": rank, "program": plan.program_of(rank).name, "bytes_sent": result["bytes_sent"] // steps,
-                          "bytes_received": result["bytes_received"] // steps,
+        out_ranks.append({"rank": rank, "program": plan.program_of(rank).name, "bytes_sent": _per_step(result["bytes_sent"], steps),
+                          "bytes_received": _per_step(result["bytes_received"], steps),
                           "offload_bytes": result["offload_bytes"] // steps, "memory": result["memory"],
                           "breakdown": parts, "op_time": busy, "step_times_s": result["step_times"]})
+    notes = ["time per op: ops run one after another here (no stream overlap); a pipeline "
+             "receive's time includes waiting for the sender (the bubble)"]
+    if collectives == "native":
+        notes.append("collectives: the backend's own (--collectives native), whose traffic is not counted; "
+                     "bytes sent and received are not measured")
     return {"step_time_s": step_time, "breakdown": totals, "ranks": out_ranks, "links": [], "steps": steps,
-            "losses": ranks[0]["losses"],
-            "notes": ["time per op: ops run one after another here (no stream overlap); a pipeline "
-                      "receive's time includes waiting for the sender (the bubble)"]}
+            "losses": ranks[0]["losses"], "collectives": collectives, "notes": notes}
 
 
-def _error(sim: float, real: float) -> float | None:
+def _error(sim: float, real: float | None) -> float | None:
+    if real is None:
+        return None
     if real == 0:
         return 0.0 if sim == 0 else None
     return (sim - real) / real
@@ -78,6 +88,7 @@ def comparison(sim: dict, real: dict) -> dict:
            "memory": {c: _row(max(s["memory"][c] for s, _ in pairs), max(r["memory"][c] for _, r in pairs))
                       for c in MEMORY_ROWS}}
     for key in ("bytes_sent", "bytes_received", "offload_bytes"):
-        out[key] = {**_row(max(s[key] for s, _ in pairs), max(r[key] for _, r in pairs)),
-                    "ranks_equal": sum(s[key] == r[key] for s, r in pairs), "ranks": n}
+        measured = None if any(r[key] is None for _, r in pairs) else max(r[key] for _, r in pairs)
+        out[key] = {**_row(max(s[key] for s, _ in pairs), measured),
+                    "ranks_equal": None if measured is None else sum(s[key] == r[key] for s, r in pairs), "ranks": n}
     return out

@@ -21,7 +21,7 @@ from torch.utils.checkpoint import checkpoint
 
 from simpar.errors import SimparError
 from simpar.plan import Alloc, Collective, Compute, Copy, Free, Recv, Send
-from simpar.real.comm import CountingComm
+from simpar.real.comm import CountingComm, NativeComm
 from simpar.real.instrument import Recorder, SavedActivations
 from simpar.real.model import build_model, synthetic_batch
 from simpar.real.nvme import NVMeStore
@@ -74,7 +74,7 @@ def check_supported(scenario: Scenario) -> None:
 
 
 class RankExecutor:
-    def __init__(self, ctx, scenario: Scenario, seed: int):
+    def __init__(self, ctx, scenario: Scenario, seed: int, collectives: str = "explicit"):
         check_supported(scenario)
         self.ctx, self.scenario, self.seed = ctx, scenario, seed
         self.plan = build_plan(scenario)
@@ -86,7 +86,11 @@ class RankExecutor:
             self.model = TensorParallelModel(self.model, self.tp_group.index(ctx.rank), grid.tp)
         self.reduction = None  # TP: the partial result the Plan's next TP all-reduce sums
         self.unit_params = [list(unit.parameters()) for unit in self.model.units]
-        self.comm = CountingComm(ctx.rank)
+        if collectives == "native":
+            kinds = [grid.group(r, kind) for kind in ("dp", "tp") for r in range(grid.world)]
+            self.comm = NativeComm(ctx.rank, sorted(set(kinds)))
+        else:
+            self.comm = CountingComm(ctx.rank)
         self.group = list(grid.group(ctx.rank, "dp"))
         self.index = self.group.index(ctx.rank)  # this rank's share of the batch
         self.held = sorted({op.unit for op in self.program.ops if isinstance(op, Compute) and op.unit >= 0})
@@ -391,9 +395,11 @@ class RankExecutor:
         self.model.zero_grad(set_to_none=True)
 
 
-def run_rank(ctx, scenario: Scenario, steps: int, seed: int) -> dict:
+def run_rank(ctx, scenario: Scenario, steps: int, seed: int, collectives: str = "explicit") -> dict:
+    """``collectives``: explicit (the Plan's algorithm as counted point-to-point sends) or native
+    (the backend's own collectives, traffic not counted)."""
     torch.manual_seed(seed)
-    executor = RankExecutor(ctx, scenario, seed)
+    executor = RankExecutor(ctx, scenario, seed, collectives)
     try:
         return _train(ctx, executor, steps)
     finally:

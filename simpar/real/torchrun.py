@@ -29,7 +29,7 @@ from simpar.real.launch import _OP_CHARS, RankContext
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(["run", *(sys.argv[1:] if argv is None else argv), "--compare-real"])
     scenario = scenario_from_args(args)
-    steps, timeout, seed, backend = real_options(args)
+    steps, timeout, seed, backend, collectives = real_options(args)
     check_supported(scenario)
     rank, world = int(os.environ.get("RANK", "-1")), int(os.environ.get("WORLD_SIZE", "0"))
     if rank < 0:
@@ -39,11 +39,11 @@ def main(argv: list[str] | None = None) -> int:
     dist.init_process_group(backend, rank=rank, world_size=world, timeout=timedelta(seconds=timeout))
     try:
         ctx = RankContext(rank, world, backend, bytearray(_OP_CHARS * world))
-        mine = run_rank(ctx, scenario, steps, seed)
+        mine = run_rank(ctx, scenario, steps, seed, collectives)
         gathered = [None] * world if rank == 0 else None
         dist.gather_object(mine, gathered, dst=0)
         if rank == 0:
-            return report(args, scenario, real_json(scenario, gathered, steps), backend)
+            return report(args, scenario, real_json(scenario, gathered, steps, collectives), backend)
         return 0
     finally:
         dist.destroy_process_group()

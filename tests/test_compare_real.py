@@ -39,7 +39,7 @@ def test_compare_real_table_and_errors(cli):
                           (("--backend", "mpi"), "--backend: must be one of gloo, nccl"),
                           (("--steps", "0"), "--steps"),
                           (("--algo", "tree"), "--algo: the executor performs ring and ps"),
-                          (("--precision", "bf16-mixed"), "--precision: the CPU executor runs fp32")]:
+                          (("--precision", "fp16-mixed"), "--precision: fp16 needs loss scaling")]:
         result = cli("run", "--gpus", "2", "--compare-real", *args)
         assert result.returncode == 2 and message in result.stderr, result.stderr
 

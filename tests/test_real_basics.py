@@ -100,7 +100,8 @@ def test_a_hanging_rank_is_killed_at_the_timeout_naming_rank_and_op():
 
 
 @pytest.mark.parametrize("strategy,kw,flag", [("pp", {}, "--model: tiny ties its embedding"),
-                                               ("ddp", {"precision": "bf16-mixed"}, "--precision")])
+                                               ("ddp", {"precision": "fp16-mixed"}, "--precision: fp16 needs loss"),
+                                               ("zero3-infinity", {"precision": "bf16-mixed"}, "--precision")])
 def test_executor_refuses_what_it_cannot_perform_yet(strategy, kw, flag):
     from simpar.models import model
     from simpar.real.executor import check_supported

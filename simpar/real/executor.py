@@ -5,10 +5,9 @@ so streams do not overlap here; what is real is the work: per-unit forward and b
 autograd, collectives as counted point-to-point sends of the Plan's algorithm, the optimizer
 step on the whole model or on the rank's shard, offload copies between "GPU" and host tensors.
 
-Model states are held the way the Plan says, so their bytes can be measured and compared:
-ZeRO-1/2 parameters live in one flat buffer per bucket and a rank's optimizer shard is a view
-into it; ZeRO-3 keeps only the shard and frees each unit's gathered parameters where the Plan
-frees them; offload keeps the CPU's copy of the shard, its gradients and optimizer states apart.
+Parameters, gradients and optimizer states are held the way the Plan says (``states.py``), and
+what a rank measures (op times, bytes per memory and category) is recorded as it goes
+(``instrument.py``); tensor-parallel units run piece by piece (``tensor_parallel.py``).
 """
 
 from __future__ import annotations
@@ -24,36 +23,10 @@ from simpar.plan import Alloc, Collective, Compute, Copy, Free, Recv, Send
 from simpar.real.comm import CountingComm, NativeComm
 from simpar.real.instrument import Recorder, SavedActivations
 from simpar.real.model import build_model, synthetic_batch
-from simpar.real.nvme import NVMeStore
+from simpar.real.states import ModelStates, make_optimizer
 from simpar.real.tensor_parallel import TensorParallelModel, gather_full_parameters
 from simpar.scenario import Scenario
 from simpar.strategies import build_plan
-
-LEARNING_RATE = 1e-3
-
-
-def _name(what: str, units: tuple[int, ...]) -> str:
-    return f"{what}-units{units[0]}-{units[-1]}"
-
-
-def fresh_state(optimizer: torch.optim.Optimizer, param: torch.Tensor) -> dict[str, torch.Tensor]:
-    """The state the optimizer would create at its first step (zeros), made up front so it can
-    live on NVMe from the start, as ZeRO-Infinity allocates it. SGD's momentum from zeros equals
-    torch's first-step copy of the gradient."""
-    if isinstance(optimizer, (torch.optim.Adam, torch.optim.AdamW)):
-        return {"step": torch.tensor(0.0), "exp_avg": torch.zeros_like(param),
-                "exp_avg_sq": torch.zeros_like(param)}
-    if optimizer.defaults.get("momentum"):
-        return {"momentum_buffer": torch.zeros_like(param)}
-    return {}
-
-
-def make_optimizer(name: str, params):
-    if name in ("adam", "adamw"):
-        cls = torch.optim.Adam if name == "adam" else torch.optim.AdamW
-        return cls(params, lr=LEARNING_RATE)
-    return torch.optim.SGD(params, lr=LEARNING_RATE, momentum=0.9 if name == "sgd-momentum" else 0.0)
-
 
 def check_supported(scenario: Scenario) -> None:
     """What the executor cannot perform yet, as one clear error naming the flag."""
@@ -64,8 +37,11 @@ def check_supported(scenario: Scenario) -> None:
     if spec.tp > 1 and scenario.model.vocab % spec.tp:
         raise SimparError(f"--tp: the executor splits {scenario.model.name}'s vocabulary of {scenario.model.vocab} "
                           f"evenly, which tp {spec.tp} does not divide")
-    if scenario.train.precision != "fp32":
-        raise SimparError("--precision: the CPU executor runs fp32 (use --precision fp32)")
+    if scenario.train.precision == "fp16-mixed":
+        raise SimparError("--precision: fp16 needs loss scaling, which the executor does not do; use bf16-mixed "
+                          "or fp32")
+    if scenario.train.mixed and spec.name == "zero3-infinity":
+        raise SimparError("--precision: the executor runs zero3-infinity in fp32 only")
     if spec.algo not in (None, "ring", "ps"):
         raise SimparError(f"--algo: the executor performs ring and ps (Worker-Server) collectives, not {spec.algo}")
     if spec.recompute == "selective" or (spec.recompute == "full" and spec.tp > 1):
@@ -84,6 +60,9 @@ class RankExecutor:
         self.tp_group = list(grid.group(ctx.rank, "tp"))
         if grid.tp > 1:  # this rank's slice of the same seeded model
             self.model = TensorParallelModel(self.model, self.tp_group.index(ctx.rank), grid.tp)
+        self.mixed = scenario.train.mixed  # bf16 weights, gradients and traffic; fp32 master weights
+        self.dtype = torch.bfloat16 if self.mixed else torch.float32
+        self.model.to(self.dtype)
         self.reduction = None  # TP: the partial result the Plan's next TP all-reduce sums
         self.unit_params = [list(unit.parameters()) for unit in self.model.units]
         if collectives == "native":
@@ -93,105 +72,19 @@ class RankExecutor:
             self.comm = CountingComm(ctx.rank)
         self.group = list(grid.group(ctx.rank, "dp"))
         self.index = self.group.index(ctx.rank)  # this rank's share of the batch
-        self.held = sorted({op.unit for op in self.program.ops if isinstance(op, Compute) and op.unit >= 0})
-        self.grads_sharded = self._sharded_state("grads")  # so they live only as the reduced shard
-        self.params_sharded = self._sharded_state("params")  # then no rank holds the updated whole
-        self.offload = any(isinstance(op, Copy) for op in self.program.ops)
-        self.nvme = NVMeStore(ctx.rank) if any(isinstance(op, Copy) and "nvme" in (op.src, op.dst)
-                                               for op in self.program.ops) else None
-        self.shapes = {id(p): p.shape for params in self.unit_params for p in params}
-        self.pending_sends: list = []
-        self.copied = 0  # offload bytes between "GPU" and "host" memory (both DRAM on a CPU run)
-        self.shards: dict[tuple[int, ...], torch.Tensor] = {}  # this rank's chunk of each bucket
-        self.host_shards: dict[tuple[int, ...], torch.nn.Parameter] = {}  # offload: the CPU's copy
-        self.shard_grads: dict[tuple[int, ...], torch.Tensor] = {}
-        self.host_grads: dict[tuple[int, ...], torch.Tensor] = {}
+        held = sorted({op.unit for op in self.program.ops if isinstance(op, Compute) and op.unit >= 0})
         buckets = list(dict.fromkeys(op.units for op in self.program.ops
                                      if isinstance(op, Collective) and op.op == "reducescatter"))
-        for units in buckets:
-            flat = self._flat(units, "data")
-            chunk = torch.tensor_split(flat, len(self.group))[self.index]
-            if self.params_sharded:  # ZeRO-3: the shard alone; the whole is gathered when used
-                self.shards[units] = chunk.clone()
-                self._release(units)
-            else:  # parameters become views of one flat buffer; the shard is a view too
-                self._unflatten_into(units, flat, "data", view=True)
-                self.shards[units] = chunk
-            if self.offload:
-                self.host_shards[units] = torch.nn.Parameter(chunk.clone())
-        optimized = self.host_shards or {u: torch.nn.Parameter(s) for u, s in self.shards.items()}
-        self.optimized = optimized  # what the optimizer updates, by bucket (sharded strategies)
-        self.optimizer = make_optimizer(scenario.train.optimizer,
-                                        list(optimized.values()) if buckets else self.model.parameters())
-        if self.nvme is not None:  # ZeRO-Infinity: shards and optimizer states start out on NVMe
-            for units, param in self.host_shards.items():
-                self.nvme.write(_name("params", units), {"shard": param.detach()})
-                self.nvme.write(_name("states", units), fresh_state(self.optimizer, param))
-                param.data = torch.empty(0)
-            self.shards.clear()
+        self.states = ModelStates(self.unit_params, held, self.program, scenario, buckets, len(self.group),
+                                  self.index, ctx.rank)
+        self.pending_sends: list = []
         self.recorder = Recorder(torch.device("cpu"))
         self.activations = SavedActivations(self.model.parameters())
 
-    def _sharded_state(self, category: str) -> bool:
-        """Whether the Plan keeps this model state as a shard: it allocates less than the whole."""
-        whole = self.scenario.train.weight_bytes * sum(p.numel() for u in self.held for p in self.unit_params[u])
-        held = sum(op.nbytes for op in self.program.ops
-                   if isinstance(op, Alloc) and op.category == category and op.payload == "model states"
-                   and op.memory != "host")
-        return held < whole
-
-    def _flat(self, units, what: str) -> torch.Tensor:
-        tensors = [getattr(p, what) for u in units for p in self.unit_params[u]]
-        return torch.cat([t.reshape(-1) if t is not None else torch.zeros(0) for t in tensors])
-
-    def _unflatten_into(self, units, flat: torch.Tensor, what: str, view: bool = False) -> None:
-        """Gradients become views of ``flat``; parameters too with ``view``, else it is copied into them."""
-        offset = 0
-        for u in units:
-            for p in self.unit_params[u]:
-                numel = self.shapes[id(p)].numel()
-                piece = flat[offset:offset + numel].view(self.shapes[id(p)])
-                if what == "grad":
-                    p.grad = piece
-                elif view:
-                    p.data = piece
-                else:
-                    p.data.copy_(piece)
-                offset += numel
-
-    def _release(self, units) -> None:
-        """ZeRO-3: drop the units' gathered parameters (autograd keeps the Parameter objects, whose
-        data is gathered again before backward)."""
-        for u in units:
-            for p in self.unit_params[u]:
-                p.data = torch.empty(0, dtype=p.dtype)
-
-    def _held(self) -> dict:
-        """Tensors held now by (memory, category), as the Plan names them."""
-        params = [p for u in self.held for p in self.unit_params[u]]
-        grads = [p.grad for p in params]
-        held: dict = {("gpu", "activations"): self.activations.nbytes}
-        if self.params_sharded:  # gathered whole units are communication buffers
-            held[("gpu", "params")], held[("gpu", "buffers")] = list(self.shards.values()), params
-        else:
-            held[("gpu", "params")], held[("gpu", "buffers")] = params, []
-        if self.grads_sharded:  # a full gradient lives only until its bucket is reduced
-            shards = list(self.shard_grads.values())  # offload: only until copied to the host
-            held[("gpu", "grads")] = [] if self.offload else shards
-            held[("gpu", "buffers")] = held[("gpu", "buffers")] + grads + (shards if self.offload else [])
-        else:
-            held[("gpu", "grads")] = grads
-        states = [t for state in self.optimizer.state.values() for name, t in state.items() if name != "step"]
-        held[("host" if self.offload else "gpu", "optimizer")] = states
-        if self.offload:
-            held[("host", "params")] = list(self.host_shards.values())
-            held[("host", "grads")] = list(self.host_grads.values())
-        if self.nvme is not None:  # what the CPU holds only while it steps, and what rests on NVMe
-            held[("host", "buffers")] = held.pop(("host", "params")) + held.pop(("host", "optimizer"))
-            held[("gpu", "buffers")] += list(self.shards.values())
-            held[("gpu", "params")] = []
-            held[("nvme", "params")], held[("nvme", "optimizer")] = self.nvme.nbytes("params"), self.nvme.nbytes("states")
-        return held
+    def _sample(self) -> None:
+        held = self.states.held_now()
+        held[("gpu", "activations")] = self.activations.nbytes
+        self.recorder.sample(held)
 
     def step(self, step: int) -> float:
         spec, train = self.scenario.model, self.scenario.train
@@ -208,9 +101,9 @@ class RankExecutor:
             with self.ctx.op(f"step {step} op {op.id} {type(op).__name__} {getattr(op, 'phase', '')}"
                              f"{getattr(op, 'op', '')} unit {getattr(op, 'unit', getattr(op, 'units', ''))}"):
                 if isinstance(op, Free) and op.units and op.payload.startswith("params"):
-                    self._release(op.units)
+                    self.states.release(op.units)
                 if isinstance(op, (Alloc, Free)):
-                    self.recorder.sample(self._held())
+                    self._sample()
                     continue
                 if isinstance(op, Compute) and op.phase in ("fwd", "bwd"):
                     half = pieces[(op.unit, op.microbatch, op.phase)]
@@ -223,15 +116,15 @@ class RankExecutor:
                 elif isinstance(op, Collective):
                     self._collective(op)
                 elif isinstance(op, Compute) and op.phase == "step":
-                    self._step()
+                    self.states.step()
                 elif isinstance(op, Copy):
-                    self._copy(op)
+                    self.states.copy(op)
                 elif isinstance(op, (Send, Recv)):
                     self._p2p(op, inputs, outputs, grad_out)
                 else:
                     raise SimparError(f"--compare-real: the executor cannot perform {op!r} yet")
                 self.recorder.time_op(op, started)
-                self.recorder.sample(self._held())
+                self._sample()
         for request in self.pending_sends:
             request.wait()
         self.pending_sends.clear()
@@ -295,7 +188,7 @@ class RankExecutor:
         first, last, mb = op.units[0], op.units[-1], op.microbatch
         train, spec = self.scenario.train, self.scenario.model
         if isinstance(op, Recv):
-            buffer = torch.empty(train.micro_batch, spec.seq, spec.hidden)
+            buffer = torch.empty(train.micro_batch, spec.seq, spec.hidden, dtype=self.dtype)
             self.comm.recv(buffer, peer)
             if op.tag.startswith("F"):
                 outputs[(first - 1, mb)] = buffer  # the chunk's first unit reads it as its input
@@ -317,82 +210,17 @@ class RankExecutor:
             return self._tensor_parallel_allreduce()
         if op.algo not in ("ring", "ps", None):
             raise SimparError(f"--algo: the executor performs ring and ps collectives, not {op.algo}")
-        n = len(self.group)
+        n, states = len(self.group), self.states
         if op.op == "allreduce" and op.payload == "grads":
-            self._unflatten_into(op.units, self._reduce(op, self._flat(op.units, "grad")) / n, "grad")
+            states.unflatten(op.units, self._reduce(op, states.flat(op.units, "grad")) / n, "grad")
         elif op.op == "reducescatter" and op.payload == "grads":
-            flat = self._flat(op.units, "grad")
-            mine = self._reduce(op, flat) / n
-            if self.grads_sharded:  # gradients live only as the shard
-                self.shard_grads[op.units] = self.shard_grads.get(op.units, 0) + mine
-                for u in op.units:
-                    for p in self.unit_params[u]:
-                        p.grad = None
-            else:  # ZeRO-1 keeps full gradients: the reduced chunk goes back into them
-                torch.tensor_split(flat, n)[self.index].copy_(mine)
-                self._unflatten_into(op.units, flat, "grad")
+            flat = states.flat(op.units, "grad")
+            states.reduced(op.units, flat, self._reduce(op, flat) / n)
         elif op.op == "allgather" and op.payload == "params":
-            full = self.comm.ring_all_gather(self.shards[op.units].detach(), self._numel(op.units), self.group)
-            self._unflatten_into(op.units, full, "data", view=self.params_sharded)
-            if self.nvme is not None:  # the shard read from NVMe has served its gather
-                del self.shards[op.units]
+            shard = states.shards[op.units].detach()
+            states.gathered(op.units, self.comm.ring_all_gather(shard, states.numel(op.units), self.group))
         else:
             raise SimparError(f"--compare-real: the executor cannot perform {op.op} of {op.payload} yet")
-
-    def _numel(self, units) -> int:
-        return sum(self.shapes[id(p)].numel() for u in units for p in self.unit_params[u])
-
-    def _copy(self, op: Copy) -> None:
-        """Offload: reduced gradient shards down to the host, updated parameter shards back up;
-        ZeRO-Infinity: parameter shards and optimizer states to and from NVMe."""
-        route = (op.src, op.dst, op.payload.split()[0])
-        every = [op.units] if op.units else list(self.host_shards)
-        if route == ("gpu", "host", "grads"):
-            moved = self.shard_grads.pop(op.units).clone()
-            self.host_grads[op.units] = self.host_grads.get(op.units, 0) + moved
-            self.copied += moved.numel() * moved.element_size()
-        elif route == ("host", "gpu", "params"):
-            for units in every:
-                self.shards[units].copy_(self.host_shards[units].detach())
-                self.copied += self.shards[units].numel() * self.shards[units].element_size()
-        elif route == ("nvme", "gpu", "params"):  # read for the all-gather, dropped after it
-            self.shards[op.units] = self.nvme.read(_name("params", op.units))["shard"]
-            self.copied += self.shards[op.units].numel() * self.shards[op.units].element_size()
-        elif route[:2] == ("nvme", "host"):
-            for units in every:
-                param = self.host_shards[units]
-                if route[2] == "params":
-                    param.data = self.nvme.read(_name("params", units))["shard"]
-                    self.copied += param.numel() * param.element_size()
-                else:
-                    self.optimizer.state[param] = self.nvme.read(_name("states", units))
-                    self.copied += self.nvme.held[_name("states", units)]
-        elif route[:2] == ("host", "nvme"):
-            for units in every:
-                param = self.host_shards[units]
-                if route[2] == "params":
-                    self.copied += self.nvme.write(_name("params", units), {"shard": param.detach()})
-                    param.data = torch.empty(0)
-                else:
-                    self.copied += self.nvme.write(_name("states", units), self.optimizer.state.pop(param))
-        else:
-            raise SimparError(f"--compare-real: the executor cannot copy {op.payload} {op.src}->{op.dst} yet")
-
-    def _step(self) -> None:
-        for units, param in self.optimized.items():
-            if self.offload:
-                param.grad = self.host_grads.pop(units)
-            elif self.grads_sharded:
-                param.grad = self.shard_grads.pop(units)
-            else:  # ZeRO-1: this rank's chunk of the (reduced) full gradients
-                param.grad = torch.tensor_split(self._flat(units, "grad"), len(self.group))[self.index]
-        self.optimizer.step()
-        if self.optimized and not self.offload:  # the shard was updated apart from the parameters' buffer
-            for units, param in self.optimized.items():
-                if param.data_ptr() != self.shards[units].data_ptr():
-                    self.shards[units].copy_(param.detach())
-        self.optimizer.zero_grad(set_to_none=True)
-        self.model.zero_grad(set_to_none=True)
 
 
 def run_rank(ctx, scenario: Scenario, steps: int, seed: int, collectives: str = "explicit") -> dict:
@@ -403,8 +231,7 @@ def run_rank(ctx, scenario: Scenario, steps: int, seed: int, collectives: str = 
     try:
         return _train(ctx, executor, steps)
     finally:
-        if executor.nvme is not None:
-            executor.nvme.close()
+        executor.states.close()
 
 
 def _train(ctx, executor: RankExecutor, steps: int) -> dict:
@@ -412,21 +239,21 @@ def _train(ctx, executor: RankExecutor, steps: int) -> dict:
     for step in range(steps):
         losses.append(executor.step(step))
         ctx.step_done()
-    if executor.params_sharded:  # parameters stay sharded after the step: gather
+    states = executor.states
+    if states.params_sharded:  # parameters stay sharded after the step: gather
         final = CountingComm(ctx.rank)  # them to report, outside the counted traffic
-        for units in executor.optimized:
-            shard = (executor.nvme.read(_name("params", units))["shard"] if executor.nvme is not None
-                     else executor.shards[units])
-            whole = final.ring_all_gather(shard.detach(), executor._numel(units), executor.group)
-            executor._unflatten_into(units, whole, "data", view=True)
+        for units in states.optimized:
+            whole = final.ring_all_gather(states.shard_to_report(units).detach(), states.numel(units), executor.group)
+            states.unflatten(units, whole, "data", view=True)
     if isinstance(executor.model, TensorParallelModel):
         whole = gather_full_parameters(executor.model, CountingComm(ctx.rank), executor.tp_group)
-        params = {u: whole[u] for u in executor.held}
+        params = {u: whole[u] for u in states.held}
     else:
-        params = {u: torch.cat([p.detach().reshape(-1) for p in executor.unit_params[u]]) for u in executor.held}
+        params = {u: torch.cat([p.detach().float().reshape(-1) for p in executor.unit_params[u]])
+                  for u in states.held}
     recorder = executor.recorder
     return {"losses": losses, "params": params, "bytes_sent": executor.comm.sent,
-            "bytes_received": executor.comm.received, "offload_bytes": executor.copied,
+            "bytes_received": executor.comm.received, "offload_bytes": states.copied,
             "step_times": recorder.step_times, "timeline": recorder.timeline, "memory": recorder.report()}
 
 

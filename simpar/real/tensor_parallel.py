@@ -245,5 +245,5 @@ def gather_full_parameters(model: TensorParallelModel, comm, group: list[int]) -
             moved = p.detach().movedim(dim, 0).contiguous()
             whole = comm.ring_all_gather(moved.reshape(-1), moved.numel() * len(group), group)
             pieces.append(whole.view(len(group) * moved.shape[0], *moved.shape[1:]).movedim(0, dim).reshape(-1))
-        flats.append(torch.cat(pieces))
+        flats.append(torch.cat(pieces).float())  # numpy (the way home) has no bf16
     return flats

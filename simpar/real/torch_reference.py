@@ -20,7 +20,7 @@ from torch.distributed.fsdp import fully_shard
 from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.nn.parallel import DistributedDataParallel
 
-from simpar.real.executor import LEARNING_RATE, make_optimizer
+from simpar.real.states import LEARNING_RATE, make_optimizer
 from simpar.real.model import build_model, synthetic_batch
 from simpar.scenario import Scenario
 

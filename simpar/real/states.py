@@ -1,0 +1,249 @@
+"""A rank's model states held the way its Plan says, so their bytes can be measured and compared:
+parameters, gradients, optimizer states, and where each lives (GPU, host, NVMe).
+
+- ZeRO-1/2: each bucket's parameters are views of one flat buffer, and the rank's shard (what its
+  optimizer updates) is a view of that buffer too; ZeRO-1 keeps full gradients, ZeRO-2 only the
+  reduced shard.
+- ZeRO-3: only the shard persists; a unit's parameters are views of the gathered buffer while in
+  use and are freed where the Plan frees them.
+- Offload: the CPU keeps its own fp32 copy of the shard (with mixed precision, the master weights),
+  the gradient shards copied down and the optimizer states; ZeRO-Infinity keeps the shard and the
+  optimizer states in files (``NVMeStore``) between uses.
+- Mixed precision (bf16): weights, gradients and traffic in bf16, fp32 master weights in the
+  optimizer (counted with it, as K = 12 for Adam counts them).
+
+Whether a state is sharded is read from the Plan: it allocates less than the whole.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from simpar.plan import Alloc, Copy, Program
+from simpar.real.nvme import NVMeStore
+from simpar.scenario import Scenario
+
+LEARNING_RATE = 1e-3
+
+
+def make_optimizer(name: str, params):
+    if name in ("adam", "adamw"):
+        cls = torch.optim.Adam if name == "adam" else torch.optim.AdamW
+        return cls(params, lr=LEARNING_RATE)
+    return torch.optim.SGD(params, lr=LEARNING_RATE, momentum=0.9 if name == "sgd-momentum" else 0.0)
+
+
+def fresh_state(optimizer: torch.optim.Optimizer, param: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The state the optimizer would create at its first step (zeros), made up front so it can
+    live on NVMe from the start, as ZeRO-Infinity allocates it. SGD's momentum from zeros equals
+    torch's first-step copy of the gradient."""
+    if isinstance(optimizer, (torch.optim.Adam, torch.optim.AdamW)):
+        return {"step": torch.tensor(0.0), "exp_avg": torch.zeros_like(param),
+                "exp_avg_sq": torch.zeros_like(param)}
+    if optimizer.defaults.get("momentum"):
+        return {"momentum_buffer": torch.zeros_like(param)}
+    return {}
+
+
+def _name(what: str, units: tuple[int, ...]) -> str:
+    return f"{what}-units{units[0]}-{units[-1]}"
+
+
+class ModelStates:
+    def __init__(self, unit_params: list[list[torch.nn.Parameter]], held: list[int], program: Program,
+                 scenario: Scenario, buckets: list[tuple[int, ...]], group_size: int, index: int, rank: int):
+        self.unit_params, self.held, self.n, self.index = unit_params, held, group_size, index
+        self.params = [p for u in held for p in unit_params[u]]
+        self.shapes = {id(p): p.shape for params in unit_params for p in params}
+        self.mixed = scenario.train.mixed
+        whole = scenario.train.weight_bytes * sum(p.numel() for p in self.params)
+        self.grads_sharded = _gpu_bytes(program, "grads") < whole  # live only as the reduced shard
+        self.params_sharded = _gpu_bytes(program, "params") < whole  # no rank holds the updated whole
+        self.offload = any(isinstance(op, Copy) for op in program.ops)
+        self.nvme = NVMeStore(rank) if any(isinstance(op, Copy) and "nvme" in (op.src, op.dst)
+                                           for op in program.ops) else None
+        self.copied = 0  # offload bytes between "GPU", host and NVMe tensors
+        self.shards: dict[tuple[int, ...], torch.Tensor] = {}  # this rank's chunk of each bucket
+        self.host_shards: dict[tuple[int, ...], torch.nn.Parameter] = {}  # offload: the CPU's copy
+        self.shard_grads: dict[tuple[int, ...], torch.Tensor] = {}
+        self.host_grads: dict[tuple[int, ...], torch.Tensor] = {}
+        for units in buckets:
+            flat = self.flat(units, "data")
+            chunk = torch.tensor_split(flat, self.n)[index]
+            if self.params_sharded:  # ZeRO-3: the shard alone; the whole is gathered when used
+                self.shards[units] = chunk.clone()
+                self.release(units)
+            else:  # parameters become views of one flat buffer; the shard is a view too
+                self.unflatten(units, flat, "data", view=True)
+                self.shards[units] = chunk
+            if self.offload:  # the CPU's fp32 copy (with mixed precision: the master weights)
+                self.host_shards[units] = torch.nn.Parameter(chunk.detach().to(torch.float32, copy=True))
+        # What the optimizer updates: the shards (in fp32: the shards themselves, so ZeRO-1/2's views
+        # write straight into the parameters' buffer; mixed: fp32 masters), or every parameter.
+        self.optimized = self.host_shards or {u: torch.nn.Parameter(s.float() if self.mixed else s)
+                                              for u, s in self.shards.items()}
+        self.mastered = self.params if self.mixed and not buckets else []
+        self.masters = [torch.nn.Parameter(p.detach().float()) for p in self.mastered]
+        self.optimizer = make_optimizer(scenario.train.optimizer,
+                                        list(self.optimized.values()) or self.masters or self.params)
+        if self.nvme is not None:  # ZeRO-Infinity: shards and optimizer states start out on NVMe
+            for units, param in self.host_shards.items():
+                self.nvme.write(_name("params", units), {"shard": param.detach()})
+                self.nvme.write(_name("states", units), fresh_state(self.optimizer, param))
+                param.data = torch.empty(0)
+            self.shards.clear()
+
+    # -- flat views of units ------------------------------------------------------------------
+    def flat(self, units, what: str) -> torch.Tensor:
+        tensors = [getattr(p, what) for u in units for p in self.unit_params[u]]
+        return torch.cat([t.reshape(-1) if t is not None else torch.zeros(0) for t in tensors])
+
+    def numel(self, units) -> int:
+        return sum(self.shapes[id(p)].numel() for u in units for p in self.unit_params[u])
+
+    def unflatten(self, units, flat: torch.Tensor, what: str, view: bool = False) -> None:
+        """Gradients become views of ``flat``; parameters too with ``view``, else it is copied into them."""
+        offset = 0
+        for u in units:
+            for p in self.unit_params[u]:
+                numel = self.shapes[id(p)].numel()
+                piece = flat[offset:offset + numel].view(self.shapes[id(p)])
+                if what == "grad":
+                    p.grad = piece
+                elif view:
+                    p.data = piece
+                else:
+                    p.data.copy_(piece)
+                offset += numel
+
+    def release(self, units) -> None:
+        """ZeRO-3: drop the units' gathered parameters (autograd keeps the Parameter objects, whose
+        data is gathered again before backward)."""
+        for u in units:
+            for p in self.unit_params[u]:
+                p.data = torch.empty(0, dtype=p.dtype)
+
+    # -- what collectives leave behind --------------------------------------------------------
+    def reduced(self, units, flat: torch.Tensor, mine: torch.Tensor) -> None:
+        """A bucket's gradients were reduce-scattered (``flat`` the scratch, ``mine`` this rank's
+        averaged chunk): keep the shard alone, or (ZeRO-1) put it back into the full gradients."""
+        if self.grads_sharded:
+            self.shard_grads[units] = self.shard_grads.get(units, 0) + mine
+            for u in units:
+                for p in self.unit_params[u]:
+                    p.grad = None
+        else:
+            torch.tensor_split(flat, self.n)[self.index].copy_(mine)
+            self.unflatten(units, flat, "grad")
+
+    def gathered(self, units, full: torch.Tensor) -> None:
+        self.unflatten(units, full, "data", view=self.params_sharded)
+        if self.nvme is not None:  # the shard read from NVMe has served its gather
+            del self.shards[units]
+
+    def shard_to_report(self, units) -> torch.Tensor:
+        """The rank's current parameter shard of ``units``, wherever it lives."""
+        if self.nvme is not None:
+            return self.nvme.read(_name("params", units))["shard"]
+        return self.shards[units]
+
+    # -- offload ------------------------------------------------------------------------------
+    def copy(self, op: Copy) -> None:
+        """Offload: reduced gradient shards down to the host, updated parameter shards back up;
+        ZeRO-Infinity: parameter shards and optimizer states to and from NVMe."""
+        route = (op.src, op.dst, op.payload.split()[0])
+        every = [op.units] if op.units else list(self.host_shards)
+        if route == ("gpu", "host", "grads"):
+            moved = self.shard_grads.pop(op.units).clone()
+            self.host_grads[op.units] = self.host_grads.get(op.units, 0) + moved
+            self.copied += moved.numel() * moved.element_size()
+        elif route == ("host", "gpu", "params"):
+            for units in every:
+                self.shards[units].copy_(self.host_shards[units].detach())
+                self.copied += self.shards[units].numel() * self.shards[units].element_size()
+        elif route == ("nvme", "gpu", "params"):  # read for the all-gather, dropped after it
+            self.shards[op.units] = self.nvme.read(_name("params", op.units))["shard"]
+            self.copied += self.shards[op.units].numel() * self.shards[op.units].element_size()
+        elif route[:2] in (("nvme", "host"), ("host", "nvme")):
+            for units in every:
+                self._nvme_copy(route, units)
+        else:
+            raise ValueError(f"cannot copy {op.payload} {op.src}->{op.dst}")
+
+    def _nvme_copy(self, route: tuple[str, str, str], units) -> None:
+        param = self.host_shards[units]
+        if route == ("nvme", "host", "params"):
+            param.data = self.nvme.read(_name("params", units))["shard"]
+            self.copied += param.numel() * param.element_size()
+        elif route[:2] == ("nvme", "host"):
+            self.optimizer.state[param] = self.nvme.read(_name("states", units))
+            self.copied += self.nvme.held[_name("states", units)]
+        elif route[2] == "params":
+            self.copied += self.nvme.write(_name("params", units), {"shard": param.detach()})
+            param.data = torch.empty(0)
+        else:
+            self.copied += self.nvme.write(_name("states", units), self.optimizer.state.pop(param))
+
+    # -- the step -----------------------------------------------------------------------------
+    def step(self) -> None:
+        for units, param in self.optimized.items():
+            if self.offload:
+                grad = self.host_grads.pop(units)
+            elif self.grads_sharded:
+                grad = self.shard_grads.pop(units)
+            else:  # ZeRO-1: this rank's chunk of the (reduced) full gradients
+                grad = torch.tensor_split(self.flat(units, "grad"), self.n)[self.index]
+            param.grad = grad.to(param.dtype)  # mixed precision: bf16 gradients onto fp32 masters
+        for master, p in zip(self.masters, self.mastered):
+            master.grad = p.grad.float()
+        self.optimizer.step()
+        if self.optimized and not self.offload:  # the shard was updated apart from the parameters' buffer
+            for units, param in self.optimized.items():
+                if param.data_ptr() != self.shards[units].data_ptr():
+                    self.shards[units].copy_(param.detach())
+        for master, p in zip(self.masters, self.mastered):
+            p.data.copy_(master.detach())
+        self.optimizer.zero_grad(set_to_none=True)
+        for p in self.params:
+            p.grad = None
+
+    # -- what is held -------------------------------------------------------------------------
+    def held_now(self) -> dict:
+        """Tensors held now by (memory, category), as the Plan names them."""
+        grads = [p.grad for p in self.params]
+        held: dict = {}
+        if self.params_sharded:  # gathered whole units are communication buffers
+            held[("gpu", "params")], held[("gpu", "buffers")] = list(self.shards.values()), list(self.params)
+        else:
+            held[("gpu", "params")], held[("gpu", "buffers")] = list(self.params), []
+        if self.grads_sharded:  # a full gradient lives only until its bucket is reduced
+            shards = list(self.shard_grads.values())  # offload: only until copied to the host
+            held[("gpu", "grads")] = [] if self.offload else shards
+            held[("gpu", "buffers")] += grads + (shards if self.offload else [])
+        else:
+            held[("gpu", "grads")] = grads
+        states = [t for state in self.optimizer.state.values() for name, t in state.items() if name != "step"]
+        if self.offload:  # the CPU's copy of the shard: with mixed precision the master weights, part of K
+            cpu_copy = list(self.host_shards.values())
+            held[("host", "optimizer")] = states + (cpu_copy if self.mixed else [])
+            held[("host", "params")] = [] if self.mixed else cpu_copy
+            held[("host", "grads")] = list(self.host_grads.values())
+        else:  # mixed precision: fp32 master weights (of the shard, or of every parameter)
+            held[("gpu", "optimizer")] = states + self.masters + (list(self.optimized.values()) if self.mixed else [])
+        if self.nvme is not None:  # what the CPU holds only while it steps, and what rests on NVMe
+            held[("host", "buffers")] = held.pop(("host", "params")) + held.pop(("host", "optimizer"))
+            held[("gpu", "buffers")] += list(self.shards.values())
+            held[("gpu", "params")] = []
+            held[("nvme", "params")] = self.nvme.nbytes("params")
+            held[("nvme", "optimizer")] = self.nvme.nbytes("states")
+        return held
+
+    def close(self) -> None:
+        if self.nvme is not None:
+            self.nvme.close()
+
+
+def _gpu_bytes(program: Program, category: str) -> int:
+    """Bytes of a model state the Plan keeps on the GPU (or NVMe) for the whole step."""
+    return sum(op.nbytes for op in program.ops if isinstance(op, Alloc) and op.category == category
+               and op.payload == "model states" and op.memory != "host")

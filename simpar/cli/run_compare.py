@@ -31,10 +31,6 @@ def real_options(args) -> tuple[int, float, int, str, str]:
     backend = args.backend.strip().lower()
     if backend not in BACKENDS:
         raise SimparError(f"--backend: must be one of {', '.join(BACKENDS)}, got {args.backend!r}")
-    if backend == "nccl":
-        have = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        raise SimparError(f"--backend: the executor runs its ranks on CPU tensors with gloo so far; nccl is "
-                          f"not supported yet (this machine has {have} CUDA GPU(s))")
     collectives = args.collectives.strip().lower()
     if collectives not in COLLECTIVES:
         raise SimparError(f"--collectives: must be one of {', '.join(COLLECTIVES)}, got {args.collectives!r}")
@@ -45,6 +41,10 @@ def run_and_compare(args, scenario: Scenario) -> int:
     steps, timeout, seed, backend, collectives = real_options(args)
     check_supported(scenario)
     world = scenario.strategy.dp * scenario.strategy.pp * scenario.strategy.tp
+    have = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if backend == "nccl" and have < world:
+        raise SimparError(f"--backend: nccl runs one rank per GPU; {world} ranks need {world} GPUs, this machine "
+                          f"has {have} (use gloo, or torchrun across machines)")
     with tqdm(total=world * steps, desc=f"{world} ranks x {steps} steps", unit="step", file=sys.stderr,
               disable=None, leave=False) as bar:  # disable=None: no bar when stderr is not a terminal
         real = run_real(scenario, steps, seed, timeout, backend, progress=lambda done: bar.update(done - bar.n),

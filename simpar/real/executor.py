@@ -62,7 +62,9 @@ class RankExecutor:
             self.model = TensorParallelModel(self.model, self.tp_group.index(ctx.rank), grid.tp)
         self.mixed = scenario.train.mixed  # bf16 weights, gradients and traffic; fp32 master weights
         self.dtype = torch.bfloat16 if self.mixed else torch.float32
-        self.model.to(self.dtype)
+        # nccl: the GPU launch (or torchrun's LOCAL_RANK) made current; gloo: the CPU
+        self.device = torch.device("cuda", torch.cuda.current_device()) if ctx.backend == "nccl" else torch.device("cpu")
+        self.model.to(self.device, self.dtype)
         self.reduction = None  # TP: the partial result the Plan's next TP all-reduce sums
         self.unit_params = [list(unit.parameters()) for unit in self.model.units]
         if collectives == "native":
@@ -78,7 +80,7 @@ class RankExecutor:
         self.states = ModelStates(self.unit_params, held, self.program, scenario, buckets, len(self.group),
                                   self.index, ctx.rank)
         self.pending_sends: list = []
-        self.recorder = Recorder(torch.device("cpu"))
+        self.recorder = Recorder(self.device)
         self.activations = SavedActivations(self.model.parameters())
 
     def _sample(self) -> None:
@@ -89,7 +91,7 @@ class RankExecutor:
     def step(self, step: int) -> float:
         spec, train = self.scenario.model, self.scenario.train
         m, b = self.scenario.microbatches, train.micro_batch
-        ids, targets = synthetic_batch(spec, train.global_batch, step, self.seed)
+        ids, targets = (t.to(self.device) for t in synthetic_batch(spec, train.global_batch, step, self.seed))
         inputs: dict = {}
         outputs: dict = {}
         grad_out: dict = {}  # gradients of a chunk's output, received from the next stage
@@ -178,7 +180,7 @@ class RankExecutor:
         self.reduction = reduction.then(total)
 
     def _mean_loss(self, local: float) -> float:
-        total = torch.tensor([local])
+        total = torch.tensor([local], device=self.device)
         torch.distributed.all_reduce(total)  # reporting only: not counted as the Plan's traffic
         return float(total) / (self.plan.grid.dp * self.plan.grid.tp)  # every TP rank holds the loss
 
@@ -188,7 +190,7 @@ class RankExecutor:
         first, last, mb = op.units[0], op.units[-1], op.microbatch
         train, spec = self.scenario.train, self.scenario.model
         if isinstance(op, Recv):
-            buffer = torch.empty(train.micro_batch, spec.seq, spec.hidden, dtype=self.dtype)
+            buffer = torch.empty(train.micro_batch, spec.seq, spec.hidden, dtype=self.dtype, device=self.device)
             self.comm.recv(buffer, peer)
             if op.tag.startswith("F"):
                 outputs[(first - 1, mb)] = buffer  # the chunk's first unit reads it as its input

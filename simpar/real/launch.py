@@ -79,10 +79,12 @@ def _entry(rank, world, port, backend, timeout, worker, args, results, ops, step
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # many ranks on few cores: no oversubscription
     ctx = RankContext(rank, world, backend, ops, steps)
     try:
+        if backend == "nccl":  # one GPU per rank
+            torch.cuda.set_device(rank % torch.cuda.device_count())
         ctx._set("init_process_group")
         dist.init_process_group(backend, rank=rank, world_size=world, timeout=timedelta(seconds=timeout))
         ctx._set("")
-        results.put((rank, "ok", _portable(worker(ctx, *args), torch.Tensor, lambda t: t.detach().numpy())))
+        results.put((rank, "ok", _portable(worker(ctx, *args), torch.Tensor, lambda t: t.detach().cpu().numpy())))
     except BaseException as exc:  # report everything, including SystemExit from the worker
         text = f"{type(exc).__name__}: {exc}".strip()
         results.put((rank, "error", text, traceback.format_exc(limit=6)))

@@ -54,6 +54,7 @@ class ModelStates:
                  scenario: Scenario, buckets: list[tuple[int, ...]], group_size: int, index: int, rank: int):
         self.unit_params, self.held, self.n, self.index = unit_params, held, group_size, index
         self.params = [p for u in held for p in unit_params[u]]
+        self.device = self.params[0].device if self.params else torch.device("cpu")
         self.shapes = {id(p): p.shape for params in unit_params for p in params}
         self.mixed = scenario.train.mixed
         whole = scenario.train.weight_bytes * sum(p.numel() for p in self.params)
@@ -76,8 +77,8 @@ class ModelStates:
             else:  # parameters become views of one flat buffer; the shard is a view too
                 self.unflatten(units, flat, "data", view=True)
                 self.shards[units] = chunk
-            if self.offload:  # the CPU's fp32 copy (with mixed precision: the master weights)
-                self.host_shards[units] = torch.nn.Parameter(chunk.detach().to(torch.float32, copy=True))
+            if self.offload:  # the CPU's fp32 copy (with mixed precision: the master weights), in host memory
+                self.host_shards[units] = torch.nn.Parameter(chunk.detach().to("cpu", torch.float32, copy=True))
         # What the optimizer updates: the shards (in fp32: the shards themselves, so ZeRO-1/2's views
         # write straight into the parameters' buffer; mixed: fp32 masters), or every parameter.
         self.optimized = self.host_shards or {u: torch.nn.Parameter(s.float() if self.mixed else s)
@@ -95,8 +96,9 @@ class ModelStates:
 
     # -- flat views of units ------------------------------------------------------------------
     def flat(self, units, what: str) -> torch.Tensor:
+        """The units' parameters (``data``) or gradients (``grad``, none yet: nothing) as one tensor."""
         tensors = [getattr(p, what) for u in units for p in self.unit_params[u]]
-        return torch.cat([t.reshape(-1) if t is not None else torch.zeros(0) for t in tensors])
+        return torch.cat([t.reshape(-1) for t in tensors if t is not None] or [self.params[0].new_zeros(0)])
 
     def numel(self, units) -> int:
         return sum(self.shapes[id(p)].numel() for u in units for p in self.unit_params[u])
@@ -121,7 +123,7 @@ class ModelStates:
         data is gathered again before backward)."""
         for u in units:
             for p in self.unit_params[u]:
-                p.data = torch.empty(0, dtype=p.dtype)
+                p.data = torch.empty(0, dtype=p.dtype, device=p.device)
 
     # -- what collectives leave behind --------------------------------------------------------
     def reduced(self, units, flat: torch.Tensor, mine: torch.Tensor) -> None:
@@ -154,7 +156,7 @@ class ModelStates:
         route = (op.src, op.dst, op.payload.split()[0])
         every = [op.units] if op.units else list(self.host_shards)
         if route == ("gpu", "host", "grads"):
-            moved = self.shard_grads.pop(op.units).clone()
+            moved = self.shard_grads.pop(op.units).to("cpu", copy=True)
             self.host_grads[op.units] = self.host_grads.get(op.units, 0) + moved
             self.copied += moved.numel() * moved.element_size()
         elif route == ("host", "gpu", "params"):
@@ -162,7 +164,7 @@ class ModelStates:
                 self.shards[units].copy_(self.host_shards[units].detach())
                 self.copied += self.shards[units].numel() * self.shards[units].element_size()
         elif route == ("nvme", "gpu", "params"):  # read for the all-gather, dropped after it
-            self.shards[op.units] = self.nvme.read(_name("params", op.units))["shard"]
+            self.shards[op.units] = self.nvme.read(_name("params", op.units))["shard"].to(self.device)
             self.copied += self.shards[op.units].numel() * self.shards[op.units].element_size()
         elif route[:2] in (("nvme", "host"), ("host", "nvme")):
             for units in every:

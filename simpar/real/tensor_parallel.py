@@ -173,7 +173,7 @@ class TensorParallelModel(nn.Module):
             state["s_leaf"] = _leaf(summed)
             out = state["s_leaf"]
             if module.positions is not None:
-                out = out + module.positions(torch.arange(ids.shape[1]))
+                out = out + module.positions(torch.arange(ids.shape[1], device=ids.device))
             state["out"] = outputs[key] = out
         return Reduction(partial.detach(), "sum", after_sum)
 

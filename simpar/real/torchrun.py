@@ -15,6 +15,7 @@ import os
 import sys
 from datetime import timedelta
 
+import torch
 import torch.distributed as dist
 
 from simpar.cli import build_parser
@@ -36,6 +37,8 @@ def main(argv: list[str] | None = None) -> int:
         raise SimparError("torchrun: RANK and WORLD_SIZE are not set; start this module with torchrun")
     if world != scenario.cluster.gpus:
         raise SimparError(f"--gpus: {scenario.cluster.gpus} ranks asked for, torchrun started {world}")
+    if backend == "nccl":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     dist.init_process_group(backend, rank=rank, world_size=world, timeout=timedelta(seconds=timeout))
     try:
         ctx = RankContext(rank, world, backend, bytearray(_OP_CHARS * world))

@@ -54,6 +54,9 @@ def register(sub) -> None:
                    help="simulate every collective in full, even when a recorded one could be replayed")
     p.add_argument("--memory-timeline", action="store_true",
                    help="add sim.memory_timeline to the JSON: GPU bytes in use over the step, per program")
+    p.add_argument("--op-timeline", action="store_true",
+                   help="add sim.op_timeline to the JSON: every op's stream, class, start and end, per program "
+                        "(with --compare-real, real.op_timeline holds the measured ones, per rank, alike)")
     real = p.add_argument_group("running it for real (--compare-real)")
     real.add_argument("--compare-real", action="store_true",
                       help="also perform the step for real, one process per rank with torch.distributed, "
@@ -111,7 +114,8 @@ def run(args) -> int:
         return run_and_compare(args, scenario)
     result = simulate(scenario, replay=not args.no_replay)
     if args.json and write_json({"scenario": scenario_json(scenario),
-                                "sim": result.to_json(timeline=args.memory_timeline)}, args.json):
+                                "sim": result.to_json(timeline=args.memory_timeline, ops=args.op_timeline)},
+                               args.json):
         return 0
     print_result(scenario, result)
     return 0

@@ -55,7 +55,8 @@ def run_and_compare(args, scenario: Scenario) -> int:
 def report(args, scenario: Scenario, real: dict, backend: str) -> int:
     """Simulate the scenario on the CPU-host profile and print (or write) it beside ``real``."""
     world = scenario.strategy.dp * scenario.strategy.pp * scenario.strategy.tp
-    sim = simulate(scenario, topology=cpu_topology(world), replay=not args.no_replay).to_json()
+    sim = simulate(scenario, topology=cpu_topology(world), replay=not args.no_replay).to_json(
+        timeline=args.memory_timeline, ops=args.op_timeline)
     result = {"scenario": scenario_json(scenario), "profile": NOTE, "sim": sim, "real": real,
               "comparison": comparison(sim, real)}
     if args.json and write_json(result, args.json):

@@ -62,8 +62,10 @@ def real_json(scenario: Scenario, ranks: list[dict], steps: int, collectives: st
     if collectives == "native":
         notes.append("collectives: the backend's own (--collectives native), whose traffic is not counted; "
                      "bytes sent and received are not measured")
+    timelines = [{"program": plan.program_of(rank).name, "ranks": [rank], "ops": result["timeline"]}
+                 for rank, result in enumerate(ranks)]  # the last step's, as the simulator's op_timeline
     return {"step_time_s": step_time, "breakdown": totals, "ranks": out_ranks, "links": [], "steps": steps,
-            "losses": ranks[0]["losses"], "collectives": collectives, "notes": notes}
+            "losses": ranks[0]["losses"], "collectives": collectives, "notes": notes, "op_timeline": timelines}
 
 
 def _error(sim: float, real: float | None) -> float | None:

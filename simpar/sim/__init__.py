@@ -23,14 +23,17 @@ class SimResult:
     server: dict | None = None
     notes: list[str] = field(default_factory=list)
     memory_timeline: list[dict] = field(default_factory=list)  # per program: [(time, GPU bytes)]
+    op_timeline: list[dict] = field(default_factory=list)  # per program: every op's start and end
 
-    def to_json(self, timeline: bool = False) -> dict:
+    def to_json(self, timeline: bool = False, ops: bool = False) -> dict:
         data = {"step_time_s": self.step_time_s, "breakdown": self.breakdown, "ranks": self.ranks,
                 "links": self.links, "notes": self.notes}
         if self.server is not None:
             data["server"] = self.server
         if timeline:
             data["memory_timeline"] = self.memory_timeline
+        if ops:
+            data["op_timeline"] = self.op_timeline
         return data
 
 
@@ -73,4 +76,8 @@ def simulate(scenario: Scenario, topology: Topology | None = None, plan: Plan | 
     links = [{"name": name, "kind": kind, "bytes": b} for name, kind, b in sim.network.busiest_channels()]
     timeline = [{"program": prog.name, "ranks": list(prog.ranks), "points": sim.memory[pi].timeline}
                 for pi, prog in enumerate(plan.programs)]
-    return SimResult(step_time, totals, ranks, links, server, list(plan.notes), timeline)
+    ops = [{"program": prog.name, "ranks": list(prog.ranks),
+            "ops": [{"op": op.id, "stream": op.stream, "class": op_class(op), "start": sim.times[pi][op.id][1],
+                     "end": sim.times[pi][op.id][2]} for op in prog.ops if op_class(op)]}
+           for pi, prog in enumerate(plan.programs)]
+    return SimResult(step_time, totals, ranks, links, server, list(plan.notes), timeline, ops)

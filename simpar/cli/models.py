@@ -71,7 +71,7 @@ def show_memory(args) -> int:
                          ("activations", memory.activations), ("total", memory.total)):
         print(f"  {label:<12}{units.human_bytes(value):>12}  ({value:,.0f} B)")
     if memory.host:
-        print(f"  {'on host':<12}{units.human_bytes(memory.host):>12}  (optimizer states and gradient shard, offloaded)")
+        print(f"  {'on host':<12}{units.human_bytes(memory.host):>12}  (optimizer states, gradient shard: offloaded)")
     if memory.nvme:
         print(f"  {'on NVMe':<12}{units.human_bytes(memory.nvme):>12}  (parameters and optimizer states)")
     if spec is None:

@@ -53,7 +53,8 @@ def real_json(scenario: Scenario, ranks: list[dict], steps: int, collectives: st
         parts["idle"] = max(0.0, step_time - sum(parts.values()))
         for part in PARTS:
             totals[part] += parts[part] / len(ranks)
-        out_ranks.append({"rank": rank, "program": plan.program_of(rank).name, "bytes_sent": _per_step(result["bytes_sent"], steps),
+        out_ranks.append({"rank": rank, "program": plan.program_of(rank).name,
+                          "bytes_sent": _per_step(result["bytes_sent"], steps),
                           "bytes_received": _per_step(result["bytes_received"], steps),
                           "offload_bytes": result["offload_bytes"] // steps, "memory": result["memory"],
                           "breakdown": parts, "op_time": busy, "step_times_s": result["step_times"]})

@@ -63,7 +63,8 @@ class RankExecutor:
         self.mixed = scenario.train.mixed  # bf16 weights, gradients and traffic; fp32 master weights
         self.dtype = torch.bfloat16 if self.mixed else torch.float32
         # nccl: the GPU launch (or torchrun's LOCAL_RANK) made current; gloo: the CPU
-        self.device = torch.device("cuda", torch.cuda.current_device()) if ctx.backend == "nccl" else torch.device("cpu")
+        gpu = ctx.backend == "nccl"
+        self.device = torch.device("cuda", torch.cuda.current_device()) if gpu else torch.device("cpu")
         self.model.to(self.device, self.dtype)
         self.reduction = None  # TP: the partial result the Plan's next TP all-reduce sums
         self.unit_params = [list(unit.parameters()) for unit in self.model.units]

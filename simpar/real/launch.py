@@ -76,7 +76,9 @@ class _OpLabel:
 
 def _entry(rank, world, port, backend, timeout, worker, args, results, ops, steps):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    os.environ.setdefault("OMP_NUM_THREADS", "1")  # many ranks on few cores: no oversubscription
+    # One thread per rank: torch is imported (and its thread pool sized to every core) before this
+    # runs, and several ranks' OpenMP pools spin-waiting on the same cores slow compute 100-fold.
+    torch.set_num_threads(1)
     ctx = RankContext(rank, world, backend, ops, steps)
     try:
         if backend == "nccl":  # one GPU per rank

@@ -1,7 +1,14 @@
+import os
 import subprocess
 import sys
 
 import pytest
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _private_hardware_cache(tmp_path_factory):
+    """Tests never read or write this machine's cached hardware profiles (simpar calibrate)."""
+    os.environ["SIMPAR_CACHE"] = str(tmp_path_factory.mktemp("simpar-cache"))
 
 
 @pytest.fixture

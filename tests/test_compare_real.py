@@ -35,7 +35,7 @@ def test_compare_real_json_puts_the_measured_run_beside_the_simulated_one(cli):
 
 def test_compare_real_table_and_errors(cli):
     table = cli("run", "--strategy", "ddp", "--gpus", "2", "--steps", "1", "--compare-real").stdout
-    assert "simulated on a CPU-host profile vs measured with gloo" in table
+    assert "simulated on a profile of this machine vs measured with gloo" in table
     assert "equal on 2/2 ranks" in table and "step time" in table and "optimizer" in table
     for args, message in [(("--topology", "pcie"), "--topology: --compare-real simulates the machine"),
                           (("--backend", "mpi"), "--backend: must be one of gloo, nccl"),

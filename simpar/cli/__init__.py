@@ -37,7 +37,7 @@ def write_json(data, destination: str) -> bool:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from simpar.cli import catalog, collective, models, run
+    from simpar.cli import calibrate, catalog, collective, models, run, validate
 
     parser = _Parser(prog="simpar", description="Simulate, run for real and teach distributed training.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -45,6 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
     collective.register(sub)
     catalog.register(sub)
     models.register(sub)
+    calibrate.register(sub)
+    validate.register(sub)
     return parser
 
 

@@ -30,6 +30,8 @@ def register(sub) -> None:
     p.add_argument("--model", help="model preset, see 'simpar models' (default gpt2; tiny with --compare-real)")
     p.add_argument("--topology", help=f"one of {', '.join(TOPOLOGIES)} (default dgx-a100; --compare-real "
                                       "simulates the machine it runs on instead)")
+    p.add_argument("--hardware", metavar="PATH", help="a hardware profile from 'simpar calibrate': simulate the "
+                                                       "calibrated machine (one rank per process) instead of --topology")
     p.add_argument("--bandwidth", help="link bandwidth for the ring/star topologies, e.g. 100GB/s")
     p.add_argument("--latency", help="per-hop latency for the ring/star topologies, in seconds")
     p.add_argument("--micro-batch", default="1", help="sequences per micro-batch per rank (default 1)")
@@ -78,7 +80,9 @@ def _optional_int(value, flag):
 
 
 def scenario_from_args(args) -> Scenario:
-    compare = getattr(args, "compare_real", False)
+    compare = getattr(args, "compare_real", False) or getattr(args, "hardware", None) is not None
+    if args.hardware is not None and args.topology is not None:
+        raise SimparError("--topology: --hardware gives the machine to simulate; leave --topology out")
     if compare and args.topology is not None:
         raise SimparError("--topology: --compare-real simulates the machine the ranks really run on "
                           "(a built-in CPU-host profile); leave --topology out")
@@ -112,7 +116,12 @@ def run(args) -> int:
         from simpar.cli.run_compare import run_and_compare  # imports torch: only when asked
 
         return run_and_compare(args, scenario)
-    result = simulate(scenario, replay=not args.no_replay)
+    topology = None
+    if args.hardware:
+        from simpar.calibrate.profile import HardwareProfile
+
+        topology = HardwareProfile.load(args.hardware).topology(scenario.cluster.gpus, scenario.train.precision)
+    result = simulate(scenario, topology=topology, replay=not args.no_replay)
     if args.json and write_json({"scenario": scenario_json(scenario),
                                 "sim": result.to_json(timeline=args.memory_timeline, ops=args.op_timeline)},
                                args.json):

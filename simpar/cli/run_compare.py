@@ -10,6 +10,8 @@ from tqdm import tqdm
 
 from simpar import units
 from simpar.cli import write_json
+from simpar.calibrate import default_path
+from simpar.calibrate.profile import HardwareProfile
 from simpar.cli.run import scenario_json
 from simpar.errors import SimparError
 from simpar.plan import OP_CLASSES
@@ -52,12 +54,25 @@ def run_and_compare(args, scenario: Scenario) -> int:
     return report(args, scenario, real, backend)
 
 
+def machine_topology(args, scenario: Scenario):
+    """The machine the ranks run on: --hardware, else this machine's calibrated profile, else the
+    built-in rough one; with a line saying which."""
+    world, precision = scenario.cluster.gpus, scenario.train.precision
+    path = args.hardware
+    if path is None and default_path(precision).exists():
+        path = str(default_path(precision))
+    if path is None:
+        return cpu_topology(world), NOTE + " (run 'simpar calibrate' to measure this machine)"
+    return HardwareProfile.load(path).topology(world, precision), f"the simulator priced this run with the " \
+        f"hardware profile {path} (simpar calibrate: micro-benchmarks of this machine)"
+
+
 def report(args, scenario: Scenario, real: dict, backend: str) -> int:
-    """Simulate the scenario on the CPU-host profile and print (or write) it beside ``real``."""
-    world = scenario.strategy.dp * scenario.strategy.pp * scenario.strategy.tp
-    sim = simulate(scenario, topology=cpu_topology(world), replay=not args.no_replay).to_json(
+    """Simulate the scenario on this machine's profile and print (or write) it beside ``real``."""
+    topology, note = machine_topology(args, scenario)
+    sim = simulate(scenario, topology=topology, replay=not args.no_replay).to_json(
         timeline=args.memory_timeline, ops=args.op_timeline)
-    result = {"scenario": scenario_json(scenario), "profile": NOTE, "sim": sim, "real": real,
+    result = {"scenario": scenario_json(scenario), "profile": note, "sim": sim, "real": real,
               "comparison": comparison(sim, real)}
     if args.json and write_json(result, args.json):
         return 0
@@ -79,7 +94,7 @@ def print_comparison(scenario: Scenario, result: dict, backend: str) -> None:
     world = s.dp * s.pp * s.tp
     print(f"{s.name} on {world} ranks (dp {s.dp} x pp {s.pp} x tp {s.tp}): {scenario.model.name}, {t.precision}, "
           f"{t.optimizer}, global batch {t.global_batch}")
-    print(f"simulated on a CPU-host profile vs measured with {backend} ({result['real']['steps']} steps; "
+    print(f"simulated on a profile of this machine vs measured with {backend} ({result['real']['steps']} steps; "
           f"losses {', '.join(f'{x:.4f}' for x in result['real']['losses'])})")
     print(f"note: {result['profile']}\n")
     print(f"  {'':<22}{'simulated':>12}{'measured':>12}{'error':>10}")

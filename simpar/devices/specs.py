@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from simpar.errors import SimparError
 
@@ -25,6 +25,9 @@ class GPUSpec:
     memory_bytes: int
     memory_bandwidth: float  # bytes/s
     source: str = ""  # where the numbers come from
+    # Calibrated instead of a roofline: phase (fwd, bwd, step) -> (overhead_s, work per second), where
+    # work is FLOPs, or parameters for the optimizer step (simpar calibrate; None for datasheet GPUs)
+    costs: dict | None = field(default=None, compare=False, hash=False)
 
     def peak_flops(self, dtype: str) -> float:
         if dtype not in DTYPES:

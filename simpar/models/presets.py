@@ -1,6 +1,6 @@
 """Model presets from the published configs (Hugging Face config.json of each model).
 
-``tiny`` and ``small`` are meant for real runs on CPU with gloo (16 ranks on 2 cores).
+``tiny``, ``small`` and ``tiny-deep`` are meant for real runs on CPU with gloo (16 ranks on 2 cores).
 """
 
 from __future__ import annotations
@@ -16,6 +16,10 @@ PRESETS: dict[str, ModelSpec] = {
     for m in [
         ModelSpec("tiny", layers=2, hidden=64, heads=4, ffn=256, vocab=256, seq=32, positions=32),
         ModelSpec("small", layers=4, hidden=128, heads=4, ffn=512, vocab=1024, seq=64, positions=64),
+        # splits 8 ways every way (pipeline stages, heads, ffn, vocabulary) and keeps its head untied,
+        # so every strategy runs for real on 2-8 CPU ranks (simpar validate)
+        ModelSpec("tiny-deep", layers=8, hidden=64, heads=8, ffn=256, vocab=256, seq=32, positions=32,
+                  tied_embeddings=False),
         ModelSpec("gpt2", layers=12, hidden=768, heads=12, ffn=3072, seq=1024, positions=1024, **_GPT2),
         ModelSpec("gpt2-medium", layers=24, hidden=1024, heads=16, ffn=4096, seq=1024, positions=1024, **_GPT2),
         ModelSpec("gpt2-large", layers=36, hidden=1280, heads=20, ffn=5120, seq=1024, positions=1024, **_GPT2),

@@ -13,6 +13,7 @@ what a rank measures (op times, bytes per memory and category) is recorded as it
 from __future__ import annotations
 
 from collections import defaultdict
+from contextlib import nullcontext
 
 import torch
 import torch.nn.functional as F
@@ -85,11 +86,17 @@ class RankExecutor:
         self.activations = SavedActivations(self.model.parameters())
 
     def _sample(self) -> None:
+        if not self.instrumented:
+            return
         held = self.states.held_now()
         held[("gpu", "activations")] = self.activations.nbytes
         self.recorder.sample(held)
 
     def step(self, step: int) -> float:
+        """One training step. Memory is sampled (after every op, and autograd's saved tensors seen
+        through hooks) during the first step only: every step holds the same, and the sampling would
+        cost more than a tiny model's ops, so later steps, whose times are reported, run without it."""
+        self.instrumented = step == 0
         spec, train = self.scenario.model, self.scenario.train
         m, b = self.scenario.microbatches, train.micro_batch
         ids, targets = (t.to(self.device) for t in synthetic_batch(spec, train.global_batch, step, self.seed))
@@ -142,12 +149,12 @@ class RankExecutor:
         if half == 0:
             inputs[key] = ids if op.unit == 0 else outputs[(op.unit - 1, op.microbatch)].detach().requires_grad_()
         if isinstance(self.model, TensorParallelModel):
-            with self.activations.hooks(key):
+            with self.activations.hooks(key) if self.instrumented else nullcontext():
                 self.reduction = self.model.forward_piece(op.unit, op.microbatch, half, inputs[key], targets,
                                                           1 / m, outputs)
             return 0.0
         unit = self.model.units[op.unit]
-        with self.activations.hooks(key):
+        with self.activations.hooks(key) if self.instrumented else nullcontext():
             if self.scenario.strategy.recompute == "full" and 0 < op.unit < len(self.model.units) - 1:
                 out = checkpoint(unit, inputs[key], use_reentrant=False)  # keeps only the layer's input
             else:

@@ -1,0 +1,70 @@
+"""``simpar calibrate``: measure this machine with micro-benchmarks and fit a hardware profile.
+
+Four launches: one rank alone (compute of every unit kind at several sizes, optimizer steps,
+copies), then k = 2, 4, 8... ranks at once (the same compute on one size, to see how sharing the
+cores slows it, and ring steps by message size). Profiles are cached per machine and precision
+(``default_path``) so ``simpar run --compare-real`` picks them up.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+from pathlib import Path
+
+from simpar.calibrate.bench import compute_worker, host_worker, ring_worker
+from simpar.calibrate.profile import HardwareProfile, fit_line, machine_id
+from simpar.real.launch import launch
+
+MODELS = ["tiny", "small"]
+BATCHES = [1, 2, 4]
+RING_SIZES = [4 * 2**10, 64 * 2**10, 512 * 2**10, 2 * 2**20]
+OPTIMIZER_PARAMS = [2**14, 2**18, 2**20]
+
+
+def default_path(precision: str) -> Path:
+    """Where this machine's profile is cached."""
+    root = Path(os.environ.get("SIMPAR_CACHE", Path.home() / ".cache" / "simpar"))
+    return root / f"hardware-{machine_id()['host']}-{precision}.json"
+
+
+def _both(ctx, precision: str, repeats: int) -> dict:
+    return {"compute": compute_worker(ctx, ["tiny"], [2], precision, repeats),
+            "ring": ring_worker(ctx, RING_SIZES, repeats)}
+
+
+def _unit_seconds(rows: list[dict]) -> float:
+    return sum(r["fwd_s"] + r["bwd_s"] for r in rows)
+
+
+def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repeats: int = 10,
+              timeout: float = 600.0, progress=None) -> HardwareProfile:
+    """Run the micro-benchmarks and fit; ``progress(message)`` is told each stage."""
+    say = progress or (lambda message: None)
+    say("compute and optimizer, one rank")
+    alone = launch(compute_worker, 1, (MODELS, BATCHES, precision, repeats), timeout=timeout)[0]
+    host = launch(host_worker, 1, (OPTIMIZER_PARAMS, repeats), timeout=timeout)[0]
+    compute = {}
+    for phase in ("fwd", "bwd"):
+        overhead, seconds_per_flop = fit_line([r[f"{phase}_flops"] for r in alone], [r[f"{phase}_s"] for r in alone])
+        compute[phase] = [overhead, 1.0 / seconds_per_flop if seconds_per_flop else 1e15]
+    reference = _unit_seconds([r for r in alone if r["model"] == "tiny" and r["batch"] == 2])
+    slowdown, ring, shared = {"1": 1.0}, {}, {}
+    for world in worlds:
+        say(f"{world} ranks at once: compute and ring steps")
+        ranks = launch(_both, world, (precision, repeats), timeout=timeout)
+        slowdown[str(world)] = statistics.median(_unit_seconds(r["compute"]) for r in ranks) / reference
+        steps = [statistics.median(r["ring"][i]["seconds"] for r in ranks) for i in range(len(RING_SIZES))]
+        alpha, seconds_per_byte = fit_line([row["bytes"] for row in ranks[0]["ring"]], steps)
+        ring[str(world)] = [alpha, 1.0 / seconds_per_byte if seconds_per_byte else 1e12]
+        shared[str(world)] = {"ring_seconds": steps}
+    rates = {}
+    for name in ("adam", "sgd"):
+        rows = [s for s in host["steps"] if s["optimizer"] == name]
+        _, seconds_per_param = fit_line([s["params"] for s in rows], [s["seconds"] for s in rows])
+        rates[name] = 1.0 / seconds_per_param if seconds_per_param else 1e10
+    _, seconds_per_byte = fit_line([c["bytes"] for c in host["copies"]], [c["seconds"] for c in host["copies"]])
+    return HardwareProfile(machine=machine_id(), compute={precision: compute}, slowdown=slowdown, ring=ring,
+                           optimizer_params_per_s=rates,
+                           copy_bytes_per_s=1.0 / seconds_per_byte if seconds_per_byte else 1e11,
+                           samples={"compute": alone, "host": host, "shared": shared, "ring_sizes": RING_SIZES})

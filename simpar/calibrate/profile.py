@@ -1,0 +1,125 @@
+"""A calibrated hardware profile: what the micro-benchmarks measured, fitted into the numbers the
+simulator prices a Plan with, saved as JSON and turned back into a topology.
+
+Fits (least squares): a unit's forward or backward takes ``overhead + flops / rate`` (per phase:
+the overhead is the framework's per-op cost, which dominates small models on a CPU); a ring step
+moving s bytes takes ``alpha + s / bandwidth`` (per world size: more ranks than cores slow every
+message); k ranks computing at once take ``slowdown[k]`` times as long as one (the cores are
+shared); the optimizer updates ``params_per_s``; a copy moves ``copy_bytes_per_s``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import torch
+
+from simpar import devices
+from simpar.devices.specs import GPUSpec, HostSpec
+from simpar.errors import SimparError
+from simpar.topologies.graph import Link, Topology
+
+VERSION = 1
+
+
+def fit_line(xs, ys) -> tuple[float, float]:
+    """(intercept, slope) of the least-squares line, both kept non-negative."""
+    xs, ys = np.asarray(xs, dtype=float), np.asarray(ys, dtype=float)
+    if len(set(xs.tolist())) < 2:
+        return float(max(ys.mean(), 0.0)), 0.0
+    slope, intercept = np.polyfit(xs, ys, 1)
+    if intercept < 0:  # through the origin instead
+        return 0.0, float(max((xs @ ys) / (xs @ xs), 0.0))
+    if slope < 0:
+        return float(ys.mean()), 0.0
+    return float(intercept), float(slope)
+
+
+def machine_id() -> dict:
+    return {"host": platform.node(), "cpu": platform.processor() or platform.machine(),
+            "cores": os.cpu_count() or 1, "torch": torch.__version__}
+
+
+@dataclass
+class HardwareProfile:
+    machine: dict
+    compute: dict[str, dict[str, list[float]]]  # precision -> phase -> [overhead_s, flops_per_s]
+    slowdown: dict[str, float]  # ranks at once (as a string key, for JSON) -> compute time factor
+    ring: dict[str, list[float]]  # world -> [alpha_s, bandwidth bytes/s] of one ring step
+    optimizer_params_per_s: dict[str, float]  # adam / sgd
+    copy_bytes_per_s: float
+    samples: dict = field(default_factory=dict)  # the raw measurements, for the record
+    version: int = VERSION
+
+    # -- persistence ----------------------------------------------------------------------------
+    def save(self, path: str) -> None:
+        with open(path, "w") as handle:
+            json.dump(asdict(self), handle, indent=1)
+
+    @classmethod
+    def load(cls, path: str) -> HardwareProfile:
+        try:
+            with open(path) as handle:
+                data = json.load(handle)
+            if data.get("version") != VERSION:
+                raise SimparError(f"--hardware: {path} is a version {data.get('version')} profile; "
+                                  f"recalibrate (simpar calibrate) for version {VERSION}")
+            return cls(**data)
+        except OSError as exc:
+            raise SimparError(f"--hardware: cannot read {path!r}: {exc.strerror}") from None
+        except (json.JSONDecodeError, TypeError) as exc:
+            raise SimparError(f"--hardware: {path} is not a simpar hardware profile ({exc})") from None
+
+    # -- interpolation by world size ------------------------------------------------------------
+    @staticmethod
+    def _nearest(table: dict[str, object], world: int):
+        """The entry for ``world``, else the nearest measured one on a log scale."""
+        keys = sorted(int(k) for k in table)
+        best = min(keys, key=lambda k: abs(np.log(k) - np.log(world)))
+        return table[str(best)]
+
+    def compute_slowdown(self, world: int) -> float:
+        keys = sorted(int(k) for k in self.slowdown)
+        if world > keys[-1]:  # beyond what was measured: the cores are shared in proportion
+            return self.slowdown[str(keys[-1])] * world / keys[-1]
+        return float(np.interp(world, keys, [self.slowdown[str(k)] for k in keys]))
+
+    def ring_step(self, world: int) -> tuple[float, float]:
+        alpha, bandwidth = self._nearest(self.ring, world)
+        return float(alpha), float(bandwidth)
+
+    # -- the simulator's view -------------------------------------------------------------------
+    def topology(self, world: int, precision: str) -> Topology:
+        """``world`` rank processes on this machine, priced with what was measured."""
+        if precision not in self.compute:
+            raise SimparError(f"--precision: the hardware profile was calibrated for "
+                              f"{', '.join(self.compute)}, not {precision}; recalibrate with --precision")
+        slow = self.compute_slowdown(world)
+        costs = {phase: (overhead * slow, rate / slow) for phase, (overhead, rate) in
+                 self.compute[precision].items()}
+        costs["step"] = (0.0, self.optimizer_params_per_s.get("adam", 1e8) / slow)
+        rate = costs["fwd"][1]
+        ram = 2**30 * 16
+        device = GPUSpec("cpu-rank (calibrated)", rate, None, rate, rate, 1.0, ram, 1e12,
+                         "simpar calibrate", costs=costs)
+        host = HostSpec("cpu-host (calibrated)", 1, ram, self.copy_bytes_per_s, rate,
+                        self.optimizer_params_per_s.get("adam", 1e8) / slow, "simpar calibrate")
+        alpha, bandwidth = self.ring_step(world)
+        topo = Topology("cpu-host", f"{world} gloo processes on {self.machine['cores']} cores (calibrated)")
+        topo.add_node("loopback", "eth-switch", machine=None)
+        copy_rate = self.copy_bytes_per_s / slow
+        for rank in range(world):  # a machine per rank, as in the built-in profile
+            gpu = topo.add_node(f"gpu{rank}", "gpu", machine=rank, spec=device)
+            # a ring step crosses two links (rank -> switch -> rank): half the latency on each
+            topo.connect(gpu, "loopback", Link("eth", bandwidth, alpha / 2))
+            root = topo.add_node(f"m{rank}-cpu", "root", machine=rank)
+            topo.connect(gpu, root, Link("membus", copy_rate, 0.0))
+            topo.add_node(f"m{rank}-host", "host", machine=rank, spec=host)
+            topo.connect(f"m{rank}-host", root, Link("membus", copy_rate, 0.0))
+            topo.add_node(f"m{rank}-nvme", "nvme", machine=rank, spec=devices.nvme("nvme-gen4"))
+            topo.connect(f"m{rank}-nvme", root, Link("pcie", copy_rate, 0.0))
+        return topo

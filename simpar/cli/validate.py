@@ -1,0 +1,75 @@
+"""``simpar validate``: calibrated simulator against real runs, strategy by strategy."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from simpar import units
+from simpar.cli import add_json_flag, write_json
+from simpar.cli.calibrate import parse_worlds
+from simpar.errors import SimparError
+
+
+def register(sub) -> None:
+    from simpar.validate import MODEL, STRATEGIES
+
+    p = sub.add_parser("validate", help="simulated vs measured step time over strategies x ranks",
+                       description=f"Runs each strategy for real ({MODEL} model, gloo ranks on this machine) and "
+                                   "simulates it with the calibrated hardware profile; writes a markdown report, "
+                                   "a CSV and a plot.")
+    p.add_argument("--strategies", default=",".join(STRATEGIES),
+                   help=f"comma-separated (default {','.join(STRATEGIES)}; pp runs 1F1B)")
+    p.add_argument("--gpus", default="2,4,8", help="numbers of ranks (default 2,4,8)")
+    p.add_argument("--hardware", help="hardware profile (default: this machine's, made by 'simpar calibrate' "
+                                      "first if there is none)")
+    p.add_argument("--steps", default="4", help="training steps per case (the first is a warm-up; default 4)")
+    p.add_argument("--timeout", default="600", help="seconds before a hung case is aborted (default 600)")
+    p.add_argument("--out", default="validation.md", help="markdown report; .csv and .png beside it")
+    add_json_flag(p, "{summary, cases}")
+    p.set_defaults(handler=run)
+
+
+def run(args) -> int:
+    from tqdm import tqdm
+
+    from simpar.calibrate.profile import HardwareProfile
+    from simpar.scenario import STRATEGY_NAMES
+    from simpar.validate import run_case, summary, write_report
+
+    strategies = [s.strip().lower() for s in args.strategies.split(",") if s.strip()]
+    for name in strategies:
+        if name not in STRATEGY_NAMES:
+            raise SimparError(f"--strategies: unknown {name!r}; choose from {', '.join(STRATEGY_NAMES)}")
+    worlds = parse_worlds(args.gpus, "--gpus")
+    steps = units.positive_int(args.steps, "--steps")
+    timeout = units.positive(args.timeout, "--timeout")
+    profile_path = args.hardware or str(ensure_profile("fp32"))
+    profile = HardwareProfile.load(profile_path)
+    cases = []
+    pairs = [(s, g) for s in strategies for g in worlds]
+    for strategy, gpus in tqdm(pairs, desc="validating", unit="case", file=sys.stderr, disable=None):
+        cases.append(run_case(profile, strategy, gpus, "fp32", steps, timeout))
+    result = summary(cases)
+    files = write_report(Path(args.out), profile_path, cases, result)
+    if args.json and write_json({"summary": result, "cases": cases, "hardware": profile_path}, args.json):
+        return 0
+    for c in cases:
+        print(f"  {c['strategy']:<8}{c['gpus']:>3} ranks  simulated {units.human_time(c['sim_step_s']):>10}  "
+              f"measured {units.human_time(c['real_step_s']):>10}  {100 * c['error']:+6.1f} %  "
+              f"bytes {'exact' if c['bytes_exact'] else 'DIFFER'}")
+    print(f"median |error| {100 * result['median_abs_error']:.1f} %, max {100 * result['max_abs_error']:.1f} %, "
+          f"bytes exact: {result['bytes_exact']}; report: {', '.join(str(f) for f in files)}")
+    return 0
+
+
+def ensure_profile(precision: str) -> Path:
+    """This machine's cached profile, calibrating first if there is none."""
+    from simpar.calibrate import calibrate, default_path
+
+    path = default_path(precision)
+    if not path.exists():
+        print(f"no hardware profile for this machine yet: calibrating ({path})", file=sys.stderr)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        calibrate(precision, progress=lambda m: print(f"calibrating: {m}", file=sys.stderr)).save(str(path))
+    return path

@@ -1,0 +1,96 @@
+"""``simpar validate``: the simulator, priced with a calibrated profile, against real runs of whole
+strategies that the calibration never saw; a markdown + CSV report and a plot.
+
+Per case (strategy x ranks): simulated and measured step time with the relative error
+(simulated - measured) / measured, whether every rank's bytes matched exactly, whether every
+rank's model-state memory matched.
+"""
+
+from __future__ import annotations
+
+import csv
+import statistics
+from pathlib import Path
+
+from simpar.models import model
+from simpar.scenario import make_scenario
+from simpar.sim import simulate
+
+STRATEGIES = ("ddp", "dp", "zero1", "zero2", "zero3", "pp", "tp")
+MODEL = "tiny-deep"
+
+
+def case_scenario(strategy: str, gpus: int, precision: str):
+    """pp runs 1F1B with 2 micro-batches per stage; the others one micro-batch of 2 sequences."""
+    microbatches = 2 * gpus if strategy == "pp" else 1
+    return make_scenario(model(MODEL), strategy, gpus, micro_batch=2, microbatches=microbatches,
+                         precision=precision, topology="cpu-host")
+
+
+def run_case(profile, strategy: str, gpus: int, precision: str, steps: int, timeout: float) -> dict:
+    """One case: ``profile`` (a HardwareProfile) prices it, the executor runs it."""
+    from simpar.real.compare import comparison, run_real  # torch: only when a case runs
+
+    scenario = case_scenario(strategy, gpus, precision)
+    sim = simulate(scenario, topology=profile.topology(gpus, precision)).to_json()
+    real = run_real(scenario, steps, timeout=timeout)
+    c = comparison(sim, real)
+    bytes_exact = all(c[k]["ranks_equal"] == c[k]["ranks"] for k in ("bytes_sent", "bytes_received", "offload_bytes"))
+    memory_exact = all(s["memory"][k] == r["memory"][k] for s, r in zip(sim["ranks"], real["ranks"])
+                       for k in ("params", "grads", "optimizer"))
+    return {"strategy": strategy, "gpus": gpus, "sim_step_s": sim["step_time_s"], "real_step_s": real["step_time_s"],
+            "error": c["step_time_s"]["error"], "bytes_exact": bytes_exact, "memory_exact": memory_exact,
+            "real_steps_s": real["ranks"][0]["step_times_s"]}
+
+
+def summary(cases: list[dict]) -> dict:
+    errors = [abs(c["error"]) for c in cases]
+    return {"cases": len(cases), "median_abs_error": statistics.median(errors), "max_abs_error": max(errors),
+            "bytes_exact": all(c["bytes_exact"] for c in cases), "memory_exact": all(c["memory_exact"] for c in cases)}
+
+
+def write_report(path: Path, profile_path: str, cases: list[dict], result: dict) -> list[Path]:
+    """The markdown report at ``path``, the CSV and the plot beside it; returns the files written."""
+    csv_path, plot_path = path.with_suffix(".csv"), path.with_suffix(".png")
+    with open(csv_path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, ["strategy", "gpus", "sim_step_s", "real_step_s", "error", "bytes_exact",
+                                         "memory_exact"], extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(cases)
+    _plot(plot_path, cases)
+    lines = [f"# simpar validate: {MODEL}, {len(cases)} cases", "",
+             f"Hardware profile: `{profile_path}` (micro-benchmarks only; no case below was used to fit it).", "",
+             f"median |error| {100 * result['median_abs_error']:.1f} %, max |error| "
+             f"{100 * result['max_abs_error']:.1f} %, bytes exact: {result['bytes_exact']}, "
+             f"model-state memory exact: {result['memory_exact']}", "",
+             "| strategy | ranks | simulated | measured | error | bytes exact | memory exact |",
+             "| --- | ---: | ---: | ---: | ---: | :---: | :---: |"]
+    for c in cases:
+        lines.append(f"| {c['strategy']} | {c['gpus']} | {1e3 * c['sim_step_s']:.1f} ms | "
+                     f"{1e3 * c['real_step_s']:.1f} ms | {100 * c['error']:+.1f} % | "
+                     f"{'yes' if c['bytes_exact'] else 'NO'} | {'yes' if c['memory_exact'] else 'NO'} |")
+    lines += ["", f"![simulated against measured step time]({plot_path.name})", ""]
+    path.write_text("\n".join(lines))
+    return [path, csv_path, plot_path]
+
+
+def _plot(path: Path, cases: list[dict]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 5))
+    for strategy in dict.fromkeys(c["strategy"] for c in cases):
+        mine = [c for c in cases if c["strategy"] == strategy]
+        ax.scatter([1e3 * c["real_step_s"] for c in mine], [1e3 * c["sim_step_s"] for c in mine], label=strategy)
+    top = 1.1e3 * max(max(c["real_step_s"], c["sim_step_s"]) for c in cases)
+    ax.plot([0, top], [0, top], color="grey", linewidth=1)
+    ax.fill_between([0, top], [0, 0.95 * top], [0, 1.05 * top], color="grey", alpha=0.15, label="±5 %")
+    ax.set_xlabel("measured step time (ms)")
+    ax.set_ylabel("simulated step time (ms)")
+    ax.set_title("simpar validate")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

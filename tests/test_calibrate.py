@@ -1,0 +1,93 @@
+"""Calibration: fits, the saved profile and the simulator priced with it; validate's report."""
+
+import json
+
+import pytest
+
+from simpar.calibrate.profile import HardwareProfile, fit_line
+from simpar.errors import SimparError
+from simpar.models import model
+from simpar.scenario import make_scenario
+from simpar.sim import simulate
+
+
+def _profile() -> HardwareProfile:
+    return HardwareProfile(machine={"host": "test", "cores": 2, "torch": "x", "cpu": "x"},
+                           compute={"fp32": {"fwd": [100e-6, 50e9], "bwd": [200e-6, 40e9]}},
+                           slowdown={"1": 1.0, "2": 1.0, "4": 2.0}, ring={"2": [50e-6, 2e9], "4": [1e-3, 1e9]},
+                           optimizer_params_per_s={"adam": 1e8, "sgd": 4e8}, copy_bytes_per_s=1e10)
+
+
+def test_fit_line_recovers_a_line_and_stays_non_negative():
+    xs = [1e3, 1e4, 1e5, 1e6]
+    assert fit_line(xs, [2e-6 + x / 1e9 for x in xs]) == pytest.approx((2e-6, 1e-9))
+    assert fit_line(xs, [x / 1e9 - 1e-3 for x in xs])[0] == 0.0  # through the origin rather than below it
+    assert fit_line([5, 5], [1.0, 3.0]) == (2.0, 0.0)
+
+
+def test_profile_round_trips_and_prices_compute_as_overhead_plus_flops(tmp_path):
+    path = tmp_path / "hw.json"
+    _profile().save(str(path))
+    profile = HardwareProfile.load(str(path))
+    assert profile == _profile()
+    scenario = make_scenario(model("tiny"), "ddp", 2, precision="fp32", topology="cpu-host")
+    topo = profile.topology(2, "fp32")
+    device = topo.graph.nodes[topo.gpus[0]]["spec"]
+    assert device.costs["fwd"] == (100e-6, 50e9) and device.costs["step"] == (0.0, 1e8)
+    assert profile.topology(4, "fp32").graph.nodes["gpu0"]["spec"].costs["fwd"] == (200e-6, 25e9)  # 2x slower
+    assert profile.compute_slowdown(8) == 4.0  # beyond the measured: shared in proportion
+    from simpar.sim.runner import Simulator
+    from simpar.strategies import build_plan
+
+    sim = Simulator(build_plan(scenario), scenario, topo)
+    fwd = next(op for op in sim.plan.programs[0].ops if getattr(op, "phase", "") == "fwd" and op.unit == 1)
+    assert sim.compute_time(sim.plan.programs[0], fwd) == pytest.approx(100e-6 + fwd.flops / 50e9)
+    assert simulate(scenario, topology=topo).step_time_s > 0
+
+
+def test_a_ring_step_costs_the_fitted_latency_and_bandwidth():
+    from simpar.collective_run import simulate_collective
+
+    topo = _profile().topology(2, "fp32")
+    result = simulate_collective(topo, "allreduce", "ring", 2 * 10**6)
+    # two ring steps (reduce-scatter, all-gather) of 1 MB each at 2 GB/s, 50 us latency
+    assert result.time_s == pytest.approx(2 * (50e-6 + 1e6 / 2e9), rel=1e-6)
+
+
+def test_bad_profiles_and_flags_are_one_line_errors(tmp_path, cli):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    with pytest.raises(SimparError, match="--hardware: .* is a version None profile"):
+        HardwareProfile.load(str(bad))
+    with pytest.raises(SimparError, match="--hardware: cannot read"):
+        HardwareProfile.load(str(tmp_path / "missing.json"))
+    with pytest.raises(SimparError, match="--precision: the hardware profile was calibrated for fp32"):
+        _profile().topology(2, "bf16-mixed")
+    good = tmp_path / "hw.json"
+    _profile().save(str(good))
+    result = cli("run", "--hardware", str(good), "--topology", "pcie")
+    assert result.returncode == 2 and "--topology: --hardware gives the machine" in result.stderr
+    result = cli("run", "--hardware", str(good), "--strategy", "zero2", "--gpus", "4", "--json", "-")
+    assert result.returncode == 0 and json.loads(result.stdout)["sim"]["step_time_s"] > 0
+    for args, message in [(("calibrate", "--gpus", "0"), "--gpus"), (("calibrate", "--backend", "nccl"), "--backend"),
+                          (("validate", "--strategies", "zero9"), "--strategies: unknown 'zero9'")]:
+        result = cli(*args)
+        assert result.returncode == 2 and message in result.stderr, result.stderr
+
+
+@pytest.mark.slow
+def test_calibrate_then_validate_end_to_end(tmp_path, cli):
+    profile = tmp_path / "hw.json"
+    result = cli("calibrate", "--gpus", "2", "--repeats", "2", "--out", str(profile))
+    assert result.returncode == 0, result.stderr
+    data = json.loads(profile.read_text())
+    assert set(data["ring"]) == {"2"} and data["compute"]["fp32"]["fwd"][1] > 0
+    report = tmp_path / "report.md"
+    result = cli("validate", "--strategies", "ddp,zero3", "--gpus", "2", "--steps", "2", "--hardware", str(profile),
+                 "--out", str(report), "--json", "-")
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out["summary"]["cases"] == 2 and out["summary"]["bytes_exact"] and out["summary"]["memory_exact"]
+    assert out["summary"]["max_abs_error"] == max(abs(c["error"]) for c in out["cases"])
+    assert "| zero3 | 2 |" in report.read_text()
+    assert report.with_suffix(".csv").exists() and report.with_suffix(".png").stat().st_size > 0

@@ -9,6 +9,8 @@ parameters, gradients, optimizer states, and where each lives (GPU, host, NVMe).
 - Offload: the CPU keeps its own fp32 copy of the shard (with mixed precision, the master weights),
   the gradient shards copied down and the optimizer states; ZeRO-Infinity keeps the shard and the
   optimizer states in files (``NVMeStore``) between uses.
+- Unsharded strategies (dp, ddp, pp and tp without dp) keep every parameter a rank holds in one
+  flat buffer too, so the optimizer steps one tensor, as fused optimizers do.
 - Mixed precision (bf16): weights, gradients and traffic in bf16, fp32 master weights in the
   optimizer (counted with it, as K = 12 for Adam counts them).
 
@@ -34,9 +36,9 @@ def make_optimizer(name: str, params):
 
 
 def fresh_state(optimizer: torch.optim.Optimizer, param: torch.Tensor) -> dict[str, torch.Tensor]:
-    """The state the optimizer would create at its first step (zeros), made up front so it can
-    live on NVMe from the start, as ZeRO-Infinity allocates it. SGD's momentum from zeros equals
-    torch's first-step copy of the gradient."""
+    """The state the optimizer would create at its first step (zeros), made up front (and, for
+    ZeRO-Infinity, put on NVMe from the start). SGD's momentum from zeros equals torch's first-step
+    copy of the gradient."""
     if isinstance(optimizer, (torch.optim.Adam, torch.optim.AdamW)):
         return {"step": torch.tensor(0.0), "exp_avg": torch.zeros_like(param),
                 "exp_avg_sq": torch.zeros_like(param)}
@@ -79,18 +81,22 @@ class ModelStates:
                 self.shards[units] = chunk
             if self.offload:  # the CPU's fp32 copy (with mixed precision: the master weights), in host memory
                 self.host_shards[units] = torch.nn.Parameter(chunk.detach().to("cpu", torch.float32, copy=True))
-        # What the optimizer updates: the shards (in fp32: the shards themselves, so ZeRO-1/2's views
-        # write straight into the parameters' buffer; mixed: fp32 masters), or every parameter.
+        self.sharded = bool(buckets)
+        if not buckets and self.params:  # unsharded: every parameter held lives in one flat buffer, so
+            flat = self.flat(held, "data")  # the optimizer steps one tensor, as fused optimizers do
+            self.unflatten(held, flat, "data", view=True)
+            self.shards[tuple(held)] = flat  # "this rank's chunk" is then everything it holds
+        # What the optimizer updates: the shards (in fp32: the shards themselves, so views write straight
+        # into the parameters' buffer; mixed precision: fp32 master copies of them).
         self.optimized = self.host_shards or {u: torch.nn.Parameter(s.float() if self.mixed else s)
                                               for u, s in self.shards.items()}
-        self.mastered = self.params if self.mixed and not buckets else []
-        self.masters = [torch.nn.Parameter(p.detach().float()) for p in self.mastered]
-        self.optimizer = make_optimizer(scenario.train.optimizer,
-                                        list(self.optimized.values()) or self.masters or self.params)
+        self.optimizer = make_optimizer(scenario.train.optimizer, list(self.optimized.values()))
+        for param in self.optimized.values():  # allocated up front, as DeepSpeed and FSDP do, so the first
+            self.optimizer.state[param] = fresh_state(self.optimizer, param)  # step holds what all hold
         if self.nvme is not None:  # ZeRO-Infinity: shards and optimizer states start out on NVMe
             for units, param in self.host_shards.items():
                 self.nvme.write(_name("params", units), {"shard": param.detach()})
-                self.nvme.write(_name("states", units), fresh_state(self.optimizer, param))
+                self.nvme.write(_name("states", units), self.optimizer.state.pop(param))
                 param.data = torch.empty(0)
             self.shards.clear()
 
@@ -193,18 +199,16 @@ class ModelStates:
                 grad = self.host_grads.pop(units)
             elif self.grads_sharded:
                 grad = self.shard_grads.pop(units)
-            else:  # ZeRO-1: this rank's chunk of the (reduced) full gradients
+            elif self.sharded:  # ZeRO-1: this rank's chunk of the (reduced) full gradients
                 grad = torch.tensor_split(self.flat(units, "grad"), self.n)[self.index]
+            else:
+                grad = self.flat(units, "grad")
             param.grad = grad.to(param.dtype)  # mixed precision: bf16 gradients onto fp32 masters
-        for master, p in zip(self.masters, self.mastered):
-            master.grad = p.grad.float()
         self.optimizer.step()
         if self.optimized and not self.offload:  # the shard was updated apart from the parameters' buffer
             for units, param in self.optimized.items():
                 if param.data_ptr() != self.shards[units].data_ptr():
                     self.shards[units].copy_(param.detach())
-        for master, p in zip(self.masters, self.mastered):
-            p.data.copy_(master.detach())
         self.optimizer.zero_grad(set_to_none=True)
         for p in self.params:
             p.grad = None
@@ -231,7 +235,7 @@ class ModelStates:
             held[("host", "params")] = [] if self.mixed else cpu_copy
             held[("host", "grads")] = list(self.host_grads.values())
         else:  # mixed precision: fp32 master weights (of the shard, or of every parameter)
-            held[("gpu", "optimizer")] = states + self.masters + (list(self.optimized.values()) if self.mixed else [])
+            held[("gpu", "optimizer")] = states + (list(self.optimized.values()) if self.mixed else [])
         if self.nvme is not None:  # what the CPU holds only while it steps, and what rests on NVMe
             held[("host", "buffers")] = held.pop(("host", "params")) + held.pop(("host", "optimizer"))
             held[("gpu", "buffers")] += list(self.shards.values())

@@ -23,7 +23,7 @@ def register(sub) -> None:
     p.add_argument("--gpus", default="2,4,8", help="numbers of ranks (default 2,4,8)")
     p.add_argument("--hardware", help="hardware profile (default: this machine's, made by 'simpar calibrate' "
                                       "first if there is none)")
-    p.add_argument("--steps", default="4", help="training steps per case (the first is a warm-up; default 4)")
+    p.add_argument("--steps", default="6", help="training steps per case (the first is a warm-up; default 6)")
     p.add_argument("--timeout", default="600", help="seconds before a hung case is aborted (default 600)")
     p.add_argument("--out", default="validation.md", help="markdown report; .csv and .png beside it")
     add_json_flag(p, "{summary, cases}")

@@ -32,7 +32,7 @@ def run_case(profile, strategy: str, gpus: int, precision: str, steps: int, time
     from simpar.real.compare import comparison, run_real  # torch: only when a case runs
 
     scenario = case_scenario(strategy, gpus, precision)
-    sim = simulate(scenario, topology=profile.topology(gpus, precision)).to_json()
+    sim = simulate(scenario, topology=profile.topology(gpus, precision), serial=True).to_json()
     real = run_real(scenario, steps, timeout=timeout)
     c = comparison(sim, real)
     bytes_exact = all(c[k]["ranks_equal"] == c[k]["ranks"] for k in ("bytes_sent", "bytes_received", "offload_bytes"))

@@ -23,6 +23,8 @@ def test_fit_line_recovers_a_line_and_stays_non_negative():
     assert fit_line(xs, [2e-6 + x / 1e9 for x in xs]) == pytest.approx((2e-6, 1e-9))
     assert fit_line(xs, [x / 1e9 - 1e-3 for x in xs])[0] == 0.0  # through the origin rather than below it
     assert fit_line([5, 5], [1.0, 3.0]) == (2.0, 0.0)
+    disturbed = [2e-6 + x / 1e9 for x in xs] + [1.0]  # one timing hit by the scheduler
+    assert fit_line(xs + [2e5], disturbed) == pytest.approx((2e-6, 1e-9))
 
 
 def test_profile_round_trips_and_prices_compute_as_overhead_plus_flops(tmp_path):

@@ -18,7 +18,7 @@ from simpar.real.launch import launch
 
 MODELS = ["tiny", "small"]
 BATCHES = [1, 2, 4]
-RING_SIZES = [4 * 2**10, 64 * 2**10, 512 * 2**10, 2 * 2**20]
+RING_SIZES = [2**k for k in range(12, 22)]  # 4 KiB to 2 MiB
 OPTIMIZER_PARAMS = [2**14, 2**18, 2**20]
 
 
@@ -54,8 +54,10 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
         say(f"{world} ranks at once: compute and ring steps")
         ranks = launch(_both, world, (precision, repeats), timeout=timeout)
         slowdown[str(world)] = statistics.median(_unit_seconds(r["compute"]) for r in ranks) / reference
-        steps = [statistics.median(r["ring"][i]["seconds"] for r in ranks) for i in range(len(RING_SIZES))]
-        alpha, seconds_per_byte = fit_line([row["bytes"] for row in ranks[0]["ring"]], steps)
+        gathers = [statistics.median(r["ring"][i]["seconds"] for r in ranks) for i in range(len(RING_SIZES))]
+        # an all-gather of S bytes is k - 1 ring steps of S / k bytes: fit one step's latency and bandwidth
+        steps = [t / (world - 1) for t in gathers]
+        alpha, seconds_per_byte = fit_line([row["bytes"] / world for row in ranks[0]["ring"]], steps)
         ring[str(world)] = [alpha, 1.0 / seconds_per_byte if seconds_per_byte else 1e12]
         shared[str(world)] = {"ring_seconds": steps}
     rates = {}

@@ -79,22 +79,22 @@ def compute_worker(ctx, models: list[str], batches: list[int], precision: str, r
 
 
 def ring_worker(ctx, sizes: list[int], repeats: int) -> list[dict]:
-    """One ring step (send to the right, receive from the left, as the executor's collectives do)
-    by message size, every rank at once. The exchanges keep the ranks in step by themselves, so
-    each is timed alone (median of 5 x ``repeats``): a barrier would cost more than a step."""
+    """A ring all-gather of each size over every rank, with the executor's own code (k - 1 ring
+    steps of size/k bytes each, the chunks copied into place), every rank at once; each timed alone
+    (median of 5 x ``repeats``): the steps keep the ranks in step, a barrier would cost more."""
     comm = CountingComm(ctx.rank)
-    right, left = (ctx.rank + 1) % ctx.world, (ctx.rank - 1) % ctx.world
+    group = list(range(ctx.world))
     rows = []
     for size in [sizes[0]] + list(sizes):  # the first size twice: its first pass warms the connections up
-        send = torch.zeros(max(size // 4, 1))
-        recv = torch.empty_like(send)
+        numel = max(size // 4, ctx.world)
+        mine = torch.tensor_split(torch.zeros(numel), ctx.world)[ctx.rank]
         samples = []
         dist.barrier()
         for _ in range(5 * repeats + 2):
             start = time.perf_counter()
-            comm._exchange(send, right, recv, left)
+            comm.ring_all_gather(mine, numel, group)
             samples.append(time.perf_counter() - start)
-        rows.append({"bytes": send.numel() * 4, "seconds": statistics.median(samples[2:])})
+        rows.append({"bytes": numel * 4, "seconds": statistics.median(samples[2:])})
     return rows[1:]
 
 

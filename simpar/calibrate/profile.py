@@ -27,16 +27,19 @@ VERSION = 1
 
 
 def fit_line(xs, ys) -> tuple[float, float]:
-    """(intercept, slope) of the least-squares line, both kept non-negative."""
+    """(intercept, slope) of a Theil-Sen line (the median of the pairwise slopes, then the median
+    intercept): a few timings disturbed by the scheduler do not tilt it, as they would a least-squares
+    fit. Both are kept non-negative."""
     xs, ys = np.asarray(xs, dtype=float), np.asarray(ys, dtype=float)
-    if len(set(xs.tolist())) < 2:
-        return float(max(ys.mean(), 0.0)), 0.0
-    slope, intercept = np.polyfit(xs, ys, 1)
+    pairs = [(ys[j] - ys[i]) / (xs[j] - xs[i]) for i in range(len(xs)) for j in range(i + 1, len(xs))
+             if xs[j] != xs[i]]
+    if not pairs:
+        return float(max(np.median(ys), 0.0)), 0.0
+    slope = max(float(np.median(pairs)), 0.0)
+    intercept = float(np.median(ys - slope * xs))
     if intercept < 0:  # through the origin instead
-        return 0.0, float(max((xs @ ys) / (xs @ xs), 0.0))
-    if slope < 0:
-        return float(ys.mean()), 0.0
-    return float(intercept), float(slope)
+        return 0.0, float(np.median(ys[xs > 0] / xs[xs > 0]))
+    return intercept, slope
 
 
 def machine_id() -> dict:

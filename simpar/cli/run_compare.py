@@ -70,7 +70,7 @@ def machine_topology(args, scenario: Scenario):
 def report(args, scenario: Scenario, real: dict, backend: str) -> int:
     """Simulate the scenario on this machine's profile and print (or write) it beside ``real``."""
     topology, note = machine_topology(args, scenario)
-    sim = simulate(scenario, topology=topology, replay=not args.no_replay).to_json(
+    sim = simulate(scenario, topology=topology, replay=not args.no_replay, serial=True).to_json(
         timeline=args.memory_timeline, ops=args.op_timeline)
     result = {"scenario": scenario_json(scenario), "profile": note, "sim": sim, "real": real,
               "comparison": comparison(sim, real)}

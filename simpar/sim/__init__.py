@@ -43,14 +43,15 @@ def build_topology(scenario: Scenario) -> Topology:
 
 
 def simulate(scenario: Scenario, topology: Topology | None = None, plan: Plan | None = None,
-             replay: bool = True, check_oom: bool = True) -> SimResult:
-    """Simulate one training step. Raises SimparError (naming rank and category) on OOM."""
+             replay: bool = True, check_oom: bool = True, serial: bool = False) -> SimResult:
+    """Simulate one training step. Raises SimparError (naming rank and category) on OOM.
+    ``serial`` prices each rank's ops one after another, as the reference executor runs them."""
     topology = topology or build_topology(scenario)
     plan = plan or build_plan(scenario)
     gpu = topology.graph.nodes[topology.gpus[0]]["spec"]
     if check_oom:
         check_memory(scenario, plan, gpu, topology)
-    sim = Simulator(plan, scenario, topology, replay=replay)
+    sim = Simulator(plan, scenario, topology, replay=replay, serial=serial)
     step_time = sim.run()
     if check_oom:  # streams may overlap allocations more than program order suggests
         check_memory(scenario, plan, gpu, topology, trackers=sim.memory)

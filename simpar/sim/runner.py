@@ -60,7 +60,8 @@ class _CollectiveEntry:
 
 
 class Simulator:
-    def __init__(self, plan: Plan, scenario: Scenario, topology: Topology, replay: bool = True):
+    def __init__(self, plan: Plan, scenario: Scenario, topology: Topology, replay: bool = True,
+                 serial: bool = False):
         if len(topology.gpus) < plan.grid.world:
             raise SimparError(f"--gpus: the plan needs {plan.grid.world} GPUs, topology has {len(topology.gpus)}")
         self.plan, self.scenario, self.topology = plan, scenario, topology
@@ -85,6 +86,9 @@ class Simulator:
         self.send_issued: dict[str, float] = {}
         users = {(i, op.stream) for i, p in enumerate(plan.programs) for op in p.ops if isinstance(op, NETWORK_OPS)}
         self.replay = replay and len(users) <= 1
+        # serial: every op of a program one after another in program order, as the reference executor
+        # performs them (sends still leave without waiting, like its isend); otherwise streams overlap
+        self.serial = serial
 
     def _machine_nodes(self) -> dict:
         nodes: dict = defaultdict(dict)
@@ -98,6 +102,9 @@ class Simulator:
 
     def run(self) -> float:
         for pi, prog in enumerate(self.plan.programs):
+            if self.serial:
+                self.env.process(self._stream(pi, prog.ops))
+                continue
             for stream in STREAMS:
                 ops = [op for op in prog.ops if op.stream == stream]
                 if ops:
@@ -125,7 +132,7 @@ class Simulator:
                 yield self.env.all_of(waits)
             start = self.env.now
             action = self._perform(pi, op)
-            if action is not None:
+            if action is not None and not (self.serial and isinstance(op, Send)):
                 yield action
             times[op.id] = (ready, start, self.env.now)
             done[op.id].succeed()

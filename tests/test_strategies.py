@@ -184,3 +184,14 @@ def test_three_d_layout_groups_and_zero1_across_dp():
     assert groups == {"tp", "dp"}
     memory = simulate(scenario).ranks[0]["memory"]
     assert memory["optimizer"] == memory["params"] // 2 * 12 // 4  # K·(stage params / tp) / dp
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "zero3", "zero2-offload"])
+def test_serial_pricing_runs_every_op_one_after_another(strategy):
+    """serial=True prices a Plan as the reference executor performs it: the step is the sum of its
+    ops, and never shorter than with streams overlapping."""
+    scenario = make_scenario(TINY, strategy, 4, micro_batch=2, microbatches=2)
+    overlapped = simulate(scenario)
+    serial = simulate(scenario, serial=True)
+    assert serial.step_time_s == pytest.approx(sum(serial.ranks[0]["op_time"].values()), rel=1e-9)
+    assert serial.step_time_s >= overlapped.step_time_s

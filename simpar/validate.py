@@ -84,9 +84,13 @@ def _plot(path: Path, cases: list[dict]) -> None:
     for strategy in dict.fromkeys(c["strategy"] for c in cases):
         mine = [c for c in cases if c["strategy"] == strategy]
         ax.scatter([1e3 * c["real_step_s"] for c in mine], [1e3 * c["sim_step_s"] for c in mine], label=strategy)
-    top = 1.1e3 * max(max(c["real_step_s"], c["sim_step_s"]) for c in cases)
-    ax.plot([0, top], [0, top], color="grey", linewidth=1)
-    ax.fill_between([0, top], [0, 0.95 * top], [0, 1.05 * top], color="grey", alpha=0.15, label="±5 %")
+    times = [1e3 * t for c in cases for t in (c["real_step_s"], c["sim_step_s"])]
+    low, top = 0.8 * min(times), 1.25 * max(times)
+    ax.plot([low, top], [low, top], color="grey", linewidth=1)
+    ax.fill_between([low, top], [0.95 * low, 0.95 * top], [1.05 * low, 1.05 * top], color="grey", alpha=0.2,
+                    label="±5 %")
+    ax.set_xscale("log")  # step times span three orders of magnitude across strategies and ranks
+    ax.set_yscale("log")
     ax.set_xlabel("measured step time (ms)")
     ax.set_ylabel("simulated step time (ms)")
     ax.set_title("simpar validate")

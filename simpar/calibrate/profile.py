@@ -18,10 +18,10 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import torch
 
-from simpar import devices
 from simpar.devices.specs import GPUSpec, HostSpec
 from simpar.errors import SimparError
-from simpar.topologies.graph import Link, Topology
+from simpar.real.cpu_profile import rank_processes
+from simpar.topologies.graph import Topology
 
 VERSION = 1
 
@@ -112,17 +112,5 @@ class HardwareProfile:
         host = HostSpec("cpu-host (calibrated)", 1, ram, self.copy_bytes_per_s, rate,
                         self.optimizer_params_per_s.get("adam", 1e8) / slow, "simpar calibrate")
         alpha, bandwidth = self.ring_step(world)
-        topo = Topology("cpu-host", f"{world} gloo processes on {self.machine['cores']} cores (calibrated)")
-        topo.add_node("loopback", "eth-switch", machine=None)
-        copy_rate = self.copy_bytes_per_s / slow
-        for rank in range(world):  # a machine per rank, as in the built-in profile
-            gpu = topo.add_node(f"gpu{rank}", "gpu", machine=rank, spec=device)
-            # a ring step crosses two links (rank -> switch -> rank): half the latency on each
-            topo.connect(gpu, "loopback", Link("eth", bandwidth, alpha / 2))
-            root = topo.add_node(f"m{rank}-cpu", "root", machine=rank)
-            topo.connect(gpu, root, Link("membus", copy_rate, 0.0))
-            topo.add_node(f"m{rank}-host", "host", machine=rank, spec=host)
-            topo.connect(f"m{rank}-host", root, Link("membus", copy_rate, 0.0))
-            topo.add_node(f"m{rank}-nvme", "nvme", machine=rank, spec=devices.nvme("nvme-gen4"))
-            topo.connect(f"m{rank}-nvme", root, Link("pcie", copy_rate, 0.0))
-        return topo
+        return rank_processes(world, device, host, alpha, bandwidth, self.copy_bytes_per_s / slow,
+                              f"{world} gloo processes on {self.machine['cores']} cores (calibrated)")

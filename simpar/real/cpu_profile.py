@@ -36,6 +36,25 @@ def _memory_bytes() -> int:
         return 16 * 2**30
 
 
+def rank_processes(world: int, device: GPUSpec, host: HostSpec, step_latency: float, bandwidth: float,
+                   copy_rate: float, description: str) -> Topology:
+    """``world`` rank processes on one machine: each a "GPU" with its own slice of host memory (a
+    machine per rank, so no rank relays another's traffic), all on one loopback switch. A ring step
+    crosses two links (rank -> switch -> rank), so each carries half of ``step_latency``."""
+    topo = Topology("cpu-host", description)
+    topo.add_node("loopback", "eth-switch", machine=None)
+    for rank in range(world):
+        gpu = topo.add_node(f"gpu{rank}", "gpu", machine=rank, spec=device)
+        topo.connect(gpu, "loopback", Link("eth", bandwidth, step_latency / 2))
+        root = topo.add_node(f"m{rank}-cpu", "root", machine=rank)
+        topo.connect(gpu, root, Link("membus", copy_rate, 0.0))
+        topo.add_node(f"m{rank}-host", "host", machine=rank, spec=host)
+        topo.connect(f"m{rank}-host", root, Link("membus", copy_rate, 0.0))
+        topo.add_node(f"m{rank}-nvme", "nvme", machine=rank, spec=devices.nvme("nvme-gen4"))
+        topo.connect(f"m{rank}-nvme", root, Link("pcie", copy_rate, 0.0))
+    return topo
+
+
 def cpu_topology(world: int, cores: int | None = None) -> Topology:
     """``world`` rank processes on a machine with ``cores`` cores (default: this machine's)."""
     cores = cores or os.cpu_count() or 1
@@ -46,15 +65,6 @@ def cpu_topology(world: int, cores: int | None = None) -> Topology:
                           CORE_MEMORY_BANDWIDTH * share, "simpar's rough CPU profile (a share of one core)")
     host = HostSpec("cpu-host", max(1, round(share)), ram // world, MEMCPY_BANDWIDTH, flops,
                     CORE_ADAM_PARAMS_PER_S * share, "simpar's rough CPU profile")
-    topo = Topology("cpu-host", f"{world} gloo processes on {cores} CPU cores, TCP loopback between them")
-    topo.add_node("loopback", "eth-switch", machine=None)
-    for rank in range(world):  # a machine per rank: its "GPU" memory and its own slice of host DRAM
-        gpu = topo.add_node(f"gpu{rank}", "gpu", machine=rank, spec=rank_device)
-        topo.connect(gpu, "loopback", Link("eth", LOOPBACK_BANDWIDTH * share, LOOPBACK_LATENCY))
-        root = topo.add_node(f"m{rank}-cpu", "root", machine=rank)
-        topo.connect(gpu, root, Link("membus", MEMCPY_BANDWIDTH * share, 1e-6))
-        topo.add_node(f"m{rank}-host", "host", machine=rank, spec=host)
-        topo.connect(f"m{rank}-host", root, Link("membus", MEMCPY_BANDWIDTH * share, 1e-6))
-        topo.add_node(f"m{rank}-nvme", "nvme", machine=rank, spec=devices.nvme("nvme-gen4"))
-        topo.connect(f"m{rank}-nvme", root, Link("pcie", 2e9 * share, 10e-6))
-    return topo
+    return rank_processes(world, rank_device, host, 2 * LOOPBACK_LATENCY, LOOPBACK_BANDWIDTH * share,
+                          MEMCPY_BANDWIDTH * share,
+                          f"{world} gloo processes on {cores} CPU cores, TCP loopback between them")

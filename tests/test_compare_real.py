@@ -18,7 +18,7 @@ def test_compare_real_json_puts_the_measured_run_beside_the_simulated_one(cli):
     out = json.loads(cli("run", "--strategy", "zero2", "--gpus", "2", "--steps", "2", "--compare-real",
                          "--op-timeline", "--json", "-").stdout)
     sim, real, comparison = out["sim"], out["real"], out["comparison"]
-    assert out["scenario"]["model"] == "tiny" and out["scenario"]["train"]["precision"] == "fp32"
+    assert out["scenario"]["model"] == "tiny-deep" and out["scenario"]["train"]["precision"] == "fp32"
     assert "rough built-in CPU-host profile" in out["profile"]
     assert set(sim) <= set(real)  # the same schema, plus what only a real run has (steps, losses)
     assert [set(r) for r in sim["ranks"]] == [set(r) - {"step_times_s"} for r in real["ranks"]]

@@ -27,7 +27,8 @@ def register(sub) -> None:
                                    "Every flag has a default, so a bare 'simpar run' works.")
     p.add_argument("--strategy", default="ddp", help=f"one of {', '.join(STRATEGY_NAMES)} (default ddp)")
     p.add_argument("--gpus", default="8", help="number of GPUs (default 8)")
-    p.add_argument("--model", help="model preset, see 'simpar models' (default gpt2; tiny with --compare-real)")
+    p.add_argument("--model", help="model preset, see 'simpar models' (default gpt2; tiny-deep with "
+                                    "--compare-real)")
     p.add_argument("--topology", help=f"one of {', '.join(TOPOLOGIES)} (default dgx-a100; --compare-real "
                                       "simulates the machine it runs on instead)")
     p.add_argument("--hardware", metavar="PATH", help="a hardware profile from 'simpar calibrate': simulate the "
@@ -87,7 +88,8 @@ def scenario_from_args(args) -> Scenario:
         raise SimparError("--topology: --compare-real simulates the machine the ranks really run on "
                           "(a built-in CPU-host profile); leave --topology out")
     return make_scenario(
-        model(args.model or ("tiny" if compare else "gpt2")), args.strategy, units.positive_int(args.gpus, "--gpus"),
+        model(args.model or ("tiny-deep" if compare else "gpt2")), args.strategy,
+        units.positive_int(args.gpus, "--gpus"),
         topology="cpu-host" if compare else args.topology or "dgx-a100",
         micro_batch=units.positive_int(args.micro_batch, "--micro-batch"),
         global_batch=_optional_int(args.global_batch, "--global-batch"),

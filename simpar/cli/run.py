@@ -31,8 +31,9 @@ def register(sub) -> None:
                                     "--compare-real)")
     p.add_argument("--topology", help=f"one of {', '.join(TOPOLOGIES)} (default dgx-a100; --compare-real "
                                       "simulates the machine it runs on instead)")
-    p.add_argument("--hardware", metavar="PATH", help="a hardware profile from 'simpar calibrate': simulate the "
-                                                       "calibrated machine (one rank per process) instead of --topology")
+    p.add_argument("--hardware", metavar="PATH",
+                   help="a hardware profile from 'simpar calibrate': simulate the calibrated machine (one rank "
+                        "per process) instead of --topology")
     p.add_argument("--bandwidth", help="link bandwidth for the ring/star topologies, e.g. 100GB/s")
     p.add_argument("--latency", help="per-hop latency for the ring/star topologies, in seconds")
     p.add_argument("--micro-batch", default="1", help="sequences per micro-batch per rank (default 1)")

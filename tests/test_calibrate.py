@@ -71,7 +71,7 @@ def test_bad_profiles_and_flags_are_one_line_errors(tmp_path, cli):
     assert result.returncode == 2 and "--topology: --hardware gives the machine" in result.stderr
     result = cli("run", "--hardware", str(good), "--strategy", "zero2", "--gpus", "4", "--json", "-")
     assert result.returncode == 0 and json.loads(result.stdout)["sim"]["step_time_s"] > 0
-    for args, message in [(("calibrate", "--gpus", "0"), "--gpus"), (("calibrate", "--backend", "nccl"), "--backend"),
+    for args, message in [(("calibrate", "--gpus", "2,1"), "--gpus"), (("calibrate", "--backend", "nccl"), "--backend"),
                           (("validate", "--strategies", "zero9"), "--strategies: unknown 'zero9'")]:
         result = cli(*args)
         assert result.returncode == 2 and message in result.stderr, result.stderr

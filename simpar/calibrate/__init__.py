@@ -1,8 +1,8 @@
 """``simpar calibrate``: measure this machine with micro-benchmarks and fit a hardware profile.
 
-Four launches: one rank alone (compute of every unit kind at several sizes, optimizer steps,
-copies), then k = 2, 4, 8... ranks at once (the same compute on one size, to see how sharing the
-cores slows it, and ring steps by message size). Profiles are cached per machine and precision
+One rank alone (compute of every unit kind at several sizes; optimizer steps and copies), then
+k = 2, 4, 8... ranks at once (the same compute on one size, to see how sharing the cores slows
+it, and the executor's ring all-gather by message size). Profiles are cached per machine and precision
 (``default_path``) so ``simpar run --compare-real`` picks them up.
 """
 

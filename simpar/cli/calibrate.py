@@ -24,8 +24,8 @@ def register(sub) -> None:
     p.set_defaults(handler=run)
 
 
-def parse_worlds(text: str, flag: str) -> tuple[int, ...]:
-    worlds = tuple(units.positive_int(part, flag) for part in text.split(",") if part.strip())
+def parse_worlds(text: str, flag: str, minimum: int = 1) -> tuple[int, ...]:
+    worlds = tuple(units.positive_int(part, flag, minimum=minimum) for part in text.split(",") if part.strip())
     if not worlds:
         raise SimparError(f"{flag}: give one or more numbers of ranks, e.g. 2,4,8")
     return worlds
@@ -39,7 +39,7 @@ def run(args) -> int:
     precision = args.precision.strip().lower()
     if precision not in ("fp32", "bf16-mixed"):
         raise SimparError(f"--precision: must be fp32 or bf16-mixed, got {args.precision!r}")
-    worlds = parse_worlds(args.gpus, "--gpus")
+    worlds = parse_worlds(args.gpus, "--gpus", minimum=2)  # ranks side by side: a ring needs two
     repeats = units.positive_int(args.repeats, "--repeats")
     profile = calibrate(precision, worlds, repeats, progress=lambda m: print(f"calibrating: {m}", file=sys.stderr))
     path = args.out or str(default_path(precision))

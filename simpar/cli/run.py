@@ -21,7 +21,7 @@ from simpar.train import OPTIMIZERS, PRECISIONS
 
 
 def register(sub) -> None:
-    p = sub.add_parser("run", help="simulate one training step of a strategy",
+    p = sub.add_parser("run", help="simulate one training step of a strategy (--compare-real: and run it)",
                        description="Simulate one training step: step time with a breakdown (compute, exposed "
                                    "communication, pipeline bubble, offload), traffic and memory per rank. "
                                    "Every flag has a default, so a bare 'simpar run' works.")

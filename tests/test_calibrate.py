@@ -13,9 +13,18 @@ from simpar.sim import simulate
 
 def _profile() -> HardwareProfile:
     return HardwareProfile(machine={"host": "test", "cores": 2, "torch": "x", "cpu": "x"},
-                           compute={"fp32": {"fwd": [100e-6, 50e9], "bwd": [200e-6, 40e9]}},
+                           compute={"fp32": {"fwd": [20e-6, 100e-6, 50e-6, 50e9], "bwd": [40e-6, 200e-6, 90e-6, 40e9]}},
                            slowdown={"1": 1.0, "2": 1.0, "4": 2.0}, ring={"2": [50e-6, 2e9], "4": [1e-3, 1e9]},
                            optimizer_params_per_s={"adam": 1e8, "sgd": 4e8}, copy_bytes_per_s=1e10)
+
+
+def test_unit_costs_fit_an_overhead_per_kind_of_unit_and_one_rate():
+    from simpar.calibrate.profile import fit_unit_costs
+
+    truth = {"embedding": 30e-6, "layer": 300e-6, "head": 80e-6}
+    rows = [{"unit": kind, "fwd_flops": f, "fwd_s": truth[kind] + f / 2e10}
+            for kind in truth for f in (1e6, 4e6, 16e6)]
+    assert fit_unit_costs(rows, "fwd") == pytest.approx([30e-6, 300e-6, 80e-6, 2e10])
 
 
 def test_fit_line_recovers_a_line_and_stays_non_negative():
@@ -35,8 +44,10 @@ def test_profile_round_trips_and_prices_compute_as_overhead_plus_flops(tmp_path)
     scenario = make_scenario(model("tiny"), "ddp", 2, precision="fp32", topology="cpu-host")
     topo = profile.topology(2, "fp32")
     device = topo.graph.nodes[topo.gpus[0]]["spec"]
-    assert device.costs["fwd"] == (100e-6, 50e9) and device.costs["step"] == (0.0, 1e8)
-    assert profile.topology(4, "fp32").graph.nodes["gpu0"]["spec"].costs["fwd"] == (200e-6, 25e9)  # 2x slower
+    assert device.costs["fwd"] == ({"embedding": 20e-6, "layer": 100e-6, "head": 50e-6}, 50e9)
+    assert device.costs["step"] == ({}, 1e8)
+    slower = profile.topology(4, "fp32").graph.nodes["gpu0"]["spec"].costs["fwd"]  # 4 ranks on 2 cores: 2x
+    assert slower == ({"embedding": 40e-6, "layer": 200e-6, "head": 100e-6}, 25e9)
     assert profile.compute_slowdown(8) == 4.0  # beyond the measured: shared in proportion
     from simpar.sim.runner import Simulator
     from simpar.strategies import build_plan
@@ -44,6 +55,8 @@ def test_profile_round_trips_and_prices_compute_as_overhead_plus_flops(tmp_path)
     sim = Simulator(build_plan(scenario), scenario, topo)
     fwd = next(op for op in sim.plan.programs[0].ops if getattr(op, "phase", "") == "fwd" and op.unit == 1)
     assert sim.compute_time(sim.plan.programs[0], fwd) == pytest.approx(100e-6 + fwd.flops / 50e9)
+    head = next(op for op in sim.plan.programs[0].ops if getattr(op, "phase", "") == "bwd" and op.unit == 3)
+    assert sim.compute_time(sim.plan.programs[0], head) == pytest.approx(90e-6 + head.flops / 40e9)
     assert simulate(scenario, topology=topo).step_time_s > 0
 
 

@@ -13,7 +13,7 @@ import statistics
 from pathlib import Path
 
 from simpar.calibrate.bench import compute_worker, host_worker, ring_worker
-from simpar.calibrate.profile import HardwareProfile, fit_line, machine_id
+from simpar.calibrate.profile import HardwareProfile, fit_line, fit_unit_costs, machine_id
 from simpar.real.launch import launch
 
 MODELS = ["tiny", "small"]
@@ -44,10 +44,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
     say("compute and optimizer, one rank")
     alone = launch(compute_worker, 1, (MODELS, BATCHES, precision, repeats), timeout=timeout)[0]
     host = launch(host_worker, 1, (OPTIMIZER_PARAMS, repeats), timeout=timeout)[0]
-    compute = {}
-    for phase in ("fwd", "bwd"):
-        overhead, seconds_per_flop = fit_line([r[f"{phase}_flops"] for r in alone], [r[f"{phase}_s"] for r in alone])
-        compute[phase] = [overhead, 1.0 / seconds_per_flop if seconds_per_flop else 1e15]
+    compute = {phase: fit_unit_costs(alone, phase) for phase in ("fwd", "bwd")}
     reference = _unit_seconds([r for r in alone if r["model"] == "tiny" and r["batch"] == 2])
     slowdown, ring, shared = {"1": 1.0}, {}, {}
     for world in worlds:

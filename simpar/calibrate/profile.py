@@ -1,8 +1,9 @@
 """A calibrated hardware profile: what the micro-benchmarks measured, fitted into the numbers the
 simulator prices a Plan with, saved as JSON and turned back into a topology.
 
-Fits (least squares): a unit's forward or backward takes ``overhead + flops / rate`` (per phase:
-the overhead is the framework's per-op cost, which dominates small models on a CPU); a ring step
+Fits: a unit's forward or backward takes ``overhead[kind] + flops / rate`` (per phase, least
+squares; the overhead is the framework's per-op cost, which dominates small models on a CPU, and
+depends on how many kernels the unit launches: an embedding few, a transformer layer dozens); a ring step
 moving s bytes takes ``alpha + s / bandwidth`` (per world size: more ranks than cores slow every
 message); k ranks computing at once take ``slowdown[k]`` times as long as one (the cores are
 shared); the optimizer updates ``params_per_s``; a copy moves ``copy_bytes_per_s``.
@@ -23,7 +24,8 @@ from simpar.errors import SimparError
 from simpar.real.cpu_profile import rank_processes
 from simpar.topologies.graph import Topology
 
-VERSION = 1
+VERSION = 2
+UNIT_KINDS = ("embedding", "layer", "head")
 
 
 def fit_line(xs, ys) -> tuple[float, float]:
@@ -42,6 +44,16 @@ def fit_line(xs, ys) -> tuple[float, float]:
     return intercept, slope
 
 
+def fit_unit_costs(rows: list[dict], phase: str) -> list[float]:
+    """[overhead of an embedding, a layer, a head, FLOP/s] fitted to ``rows`` (kind, flops, seconds)
+    by least squares, the overheads kept non-negative."""
+    design = np.array([[r["unit"] == k for k in UNIT_KINDS] + [r[f"{phase}_flops"]] for r in rows], dtype=float)
+    seconds = np.array([r[f"{phase}_s"] for r in rows])
+    coefficients = np.linalg.lstsq(design, seconds, rcond=None)[0]
+    per_flop = max(float(coefficients[-1]), 1e-15)
+    return [max(float(c), 0.0) for c in coefficients[:-1]] + [1.0 / per_flop]
+
+
 def machine_id() -> dict:
     return {"host": platform.node(), "cpu": platform.processor() or platform.machine(),
             "cores": os.cpu_count() or 1, "torch": torch.__version__}
@@ -50,7 +62,7 @@ def machine_id() -> dict:
 @dataclass
 class HardwareProfile:
     machine: dict
-    compute: dict[str, dict[str, list[float]]]  # precision -> phase -> [overhead_s, flops_per_s]
+    compute: dict[str, dict[str, list[float]]]  # precision -> phase -> [overhead per UNIT_KINDS..., flops_per_s]
     slowdown: dict[str, float]  # ranks at once (as a string key, for JSON) -> compute time factor
     ring: dict[str, list[float]]  # world -> [alpha_s, bandwidth bytes/s] of one ring step
     optimizer_params_per_s: dict[str, float]  # adam / sgd
@@ -102,9 +114,9 @@ class HardwareProfile:
             raise SimparError(f"--precision: the hardware profile was calibrated for "
                               f"{', '.join(self.compute)}, not {precision}; recalibrate with --precision")
         slow = self.compute_slowdown(world)
-        costs = {phase: (overhead * slow, rate / slow) for phase, (overhead, rate) in
-                 self.compute[precision].items()}
-        costs["step"] = (0.0, self.optimizer_params_per_s.get("adam", 1e8) / slow)
+        costs = {phase: ({k: o * slow for k, o in zip(UNIT_KINDS, fit[:-1])}, fit[-1] / slow)
+                 for phase, fit in self.compute[precision].items()}
+        costs["step"] = ({}, self.optimizer_params_per_s.get("adam", 1e8) / slow)
         rate = costs["fwd"][1]
         ram = 2**30 * 16
         device = GPUSpec("cpu-rank (calibrated)", rate, None, rate, rate, 1.0, ram, 1e12,

@@ -33,6 +33,7 @@ def parse_worlds(text: str, flag: str, minimum: int = 1) -> tuple[int, ...]:
 
 def run(args) -> int:
     from simpar.calibrate import calibrate, default_path  # imports torch: only when asked
+    from simpar.calibrate.profile import UNIT_KINDS
 
     if args.backend.strip().lower() != "gloo":
         raise SimparError("--backend: only gloo (CPU ranks) can be calibrated so far")
@@ -52,8 +53,9 @@ def run(args) -> int:
     print(f"hardware profile of {profile.machine['host']} ({profile.machine['cores']} cores, torch "
           f"{profile.machine['torch']}), {precision}: saved to {path}")
     for phase, label in (("fwd", "forward"), ("bwd", "backward")):
-        overhead, rate = compute[phase]
-        print(f"  {label:<10} {units.human_time(overhead):>10} per unit + FLOPs at {rate / 1e9:,.2f} GFLOP/s")
+        *overheads, rate = compute[phase]
+        per_kind = ", ".join(f"{kind} {units.human_time(o)}" for kind, o in zip(UNIT_KINDS, overheads))
+        print(f"  {label:<10} overhead {per_kind}; FLOPs at {rate / 1e9:,.2f} GFLOP/s")
     print(f"  optimizer  Adam {profile.optimizer_params_per_s['adam'] / 1e6:,.0f} M params/s, "
           f"copies {units.human_rate(profile.copy_bytes_per_s)}")
     print("  ranks   compute slowdown   ring step: latency   bandwidth")

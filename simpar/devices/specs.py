@@ -25,8 +25,9 @@ class GPUSpec:
     memory_bytes: int
     memory_bandwidth: float  # bytes/s
     source: str = ""  # where the numbers come from
-    # Calibrated instead of a roofline: phase (fwd, bwd, step) -> (overhead_s, work per second), where
-    # work is FLOPs, or parameters for the optimizer step (simpar calibrate; None for datasheet GPUs)
+    # Calibrated instead of a roofline: phase (fwd, bwd, step) -> ({unit kind: overhead_s}, work per
+    # second), work being FLOPs, or parameters for the optimizer step (simpar calibrate; None for
+    # datasheet GPUs). Unit kinds: embedding, layer, head.
     costs: dict | None = field(default=None, compare=False, hash=False)
 
     def peak_flops(self, dtype: str) -> float:

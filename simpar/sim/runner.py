@@ -160,8 +160,9 @@ class Simulator:
             host = self.topology.graph.nodes[self._host_node(machine, "host")]["spec"]
             return op.params * machine["ranks"] / host.adam_params_per_s  # the host's cores are shared
         if self.gpu.costs is not None:  # a calibrated profile: the framework's overhead, then the work
-            overhead, rate = self.gpu.costs[op.phase]
-            return overhead + (op.params if op.phase == "step" else op.flops) / rate
+            overheads, rate = self.gpu.costs[op.phase]
+            kind = "embedding" if op.unit == 0 else "head" if op.unit == self.scenario.model.layers + 1 else "layer"
+            return overheads.get(kind, 0.0) + (op.params if op.phase == "step" else op.flops) / rate
         return max(op.flops / self.flops_rate, op.bytes / self.gpu.memory_bandwidth)
 
     def _host_node(self, machine: dict, kind: str) -> str:

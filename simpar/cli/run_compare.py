@@ -17,7 +17,6 @@ from simpar.errors import SimparError
 from simpar.plan import OP_CLASSES
 from simpar.real.compare import MEMORY_ROWS, comparison, run_real
 from simpar.real.cpu_profile import NOTE, cpu_topology
-from simpar.real.executor import check_supported
 from simpar.scenario import Scenario
 from simpar.sim import simulate
 
@@ -41,7 +40,6 @@ def real_options(args) -> tuple[int, float, int, str, str]:
 
 def run_and_compare(args, scenario: Scenario) -> int:
     steps, timeout, seed, backend, collectives = real_options(args)
-    check_supported(scenario)
     world = scenario.strategy.dp * scenario.strategy.pp * scenario.strategy.tp
     have = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if backend == "nccl" and have < world:

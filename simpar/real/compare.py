@@ -14,12 +14,10 @@ from simpar.real.executor import check_supported, run_rank
 from simpar.real.launch import launch
 from simpar.scenario import Scenario
 from simpar.sim import PARTS
+from simpar.sim.breakdown import part_of
 from simpar.strategies import build_plan
 
 MEMORY_ROWS = ("params", "grads", "optimizer", "activations", "buffers", "peak", "host")
-_PART_OF = {"forward": "compute", "backward": "compute", "optimizer step": "compute",
-            "collectives": "communication", "pipeline p2p": "communication", "offload copies": "offload"}
-
 
 def run_real(scenario: Scenario, steps: int, seed: int = 0, timeout: float = 600.0, backend: str = "gloo",
              progress=None, collectives: str = "explicit") -> dict:
@@ -41,15 +39,15 @@ def real_json(scenario: Scenario, ranks: list[dict], steps: int, collectives: st
     per_step = [max(r["step_times"][i] for r in ranks) for i in range(steps)]
     step_time = statistics.median(per_step[1:] if steps > 1 else per_step)
     out_ranks, totals = [], dict.fromkeys(PARTS, 0.0)
-    offload = any(r["offload_bytes"] for r in ranks)
     plan = build_plan(scenario)
     for rank, result in enumerate(ranks):
-        busy = dict.fromkeys(OP_CLASSES, 0.0)
+        ops = plan.program_of(rank).ops
+        busy, parts = dict.fromkeys(OP_CLASSES, 0.0), dict.fromkeys(PARTS, 0.0)
         for entry in result["timeline"]:
-            busy[entry["class"]] += entry["end"] - entry["start"]
-        parts = dict.fromkeys(PARTS, 0.0)
-        for kind, seconds in busy.items():  # the CPU's step is offload work when the optimizer is offloaded
-            parts["offload" if (offload and kind == "optimizer step") else _PART_OF[kind]] += seconds
+            seconds = entry["end"] - entry["start"]
+            busy[entry["class"]] += seconds
+            # the simulator's parts; a pipeline receive (its wait included) counts as communication
+            parts[part_of(ops[entry["op"]]) or "communication"] += seconds
         parts["idle"] = max(0.0, step_time - sum(parts.values()))
         for part in PARTS:
             totals[part] += parts[part] / len(ranks)

@@ -218,8 +218,6 @@ class RankExecutor:
     def _collective(self, op: Collective) -> None:
         if op.group == "tp":
             return self._tensor_parallel_allreduce()
-        if op.algo not in ("ring", "ps", None):
-            raise SimparError(f"--algo: the executor performs ring and ps collectives, not {op.algo}")
         n, states = len(self.group), self.states
         if op.op == "allreduce" and op.payload == "grads":
             states.unflatten(op.units, self._reduce(op, states.flat(op.units, "grad")) / n, "grad")

@@ -103,7 +103,6 @@ class Recorder:
         memory = {c: self.peaks[("gpu", c)] for c in categories}
         memory["peak"] = self.peak_total["gpu"]
         memory["host"] = self.peak_total["host"]
-        memory["host_by_category"] = {c: self.peaks[("host", c)] for c in categories if self.peaks[("host", c)]}
         memory["nvme"] = self.peak_total["nvme"]
         if self.device.type == "cuda":
             memory["device_peak"] = torch.cuda.max_memory_allocated(self.device)

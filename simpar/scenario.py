@@ -32,6 +32,7 @@ class StrategySpec:
     virtual_stages: int = 1  # interleaved pipeline: model chunks per rank
     recompute: str = "none"
     flash_attention: bool = False
+    overlap_comm: bool = True  # False: a rank's communication waits for its compute and the reverse
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,9 @@ from dataclasses import asdict
 from simpar import units
 from simpar.cli import add_json_flag, write_json
 from simpar.errors import SimparError
-from simpar.models import model
+from simpar.deepspeed import load as load_deepspeed
+from simpar.deepspeed import read_config
+from simpar.models import resolve_model
 from simpar.scenario import (
     RECOMPUTE,
     SCHEDULES,
@@ -16,6 +18,7 @@ from simpar.scenario import (
     make_scenario,
 )
 from simpar.sim import PARTS, SimResult, simulate
+from simpar.strategies import build_plan
 from simpar.topologies import PRESETS as TOPOLOGIES
 from simpar.train import OPTIMIZERS, PRECISIONS
 
@@ -25,10 +28,13 @@ def register(sub) -> None:
                        description="Simulate one training step: step time with a breakdown (compute, exposed "
                                    "communication, pipeline bubble, offload), traffic and memory per rank. "
                                    "Every flag has a default, so a bare 'simpar run' works.")
-    p.add_argument("--strategy", default="ddp", help=f"one of {', '.join(STRATEGY_NAMES)} (default ddp)")
+    p.add_argument("--strategy", help=f"one of {', '.join(STRATEGY_NAMES)} (default ddp)")
     p.add_argument("--gpus", default="8", help="number of GPUs (default 8)")
-    p.add_argument("--model", help="model preset, see 'simpar models' (default gpt2; tiny-deep with "
-                                    "--compare-real)")
+    p.add_argument("--model", help="model preset, see 'simpar models', or a Hugging Face config.json (GPT-2 or "
+                                    "LLaMA style) (default gpt2; tiny-deep with --compare-real)")
+    p.add_argument("--deepspeed", metavar="DS_CONFIG",
+                   help="a DeepSpeed config (ds_config.json): ZeRO stage, offload, batch sizes, fp16/bf16, buckets, "
+                        "overlap_comm, prefetch; 'auto' values are resolved and shown, unmodelled keys listed")
     p.add_argument("--topology", help=f"one of {', '.join(TOPOLOGIES)} (default dgx-a100; --compare-real "
                                       "simulates the machine it runs on instead)")
     p.add_argument("--hardware", metavar="PATH",
@@ -36,7 +42,7 @@ def register(sub) -> None:
                         "per process) instead of --topology")
     p.add_argument("--bandwidth", help="link bandwidth for the ring/star topologies, e.g. 100GB/s")
     p.add_argument("--latency", help="per-hop latency for the ring/star topologies, in seconds")
-    p.add_argument("--micro-batch", default="1", help="sequences per micro-batch per rank (default 1)")
+    p.add_argument("--micro-batch", help="sequences per micro-batch per rank (default 1)")
     p.add_argument("--global-batch", help="sequences per step (default micro-batch x dp x micro-batches)")
     p.add_argument("--microbatches", help="micro-batches per step per rank: gradient accumulation, or the "
                                           "pipeline's m (default 1; 4 x pp with a pipeline)")
@@ -61,6 +67,11 @@ def register(sub) -> None:
     p.add_argument("--op-timeline", action="store_true",
                    help="add sim.op_timeline to the JSON: every op's stream, class, start and end, per program "
                         "(with --compare-real, real.op_timeline holds the measured ones, per rank, alike)")
+    p.add_argument("--trace", metavar="PATH",
+                   help="write a Chrome trace-event JSON (Perfetto, chrome://tracing): a process per rank, a thread "
+                        "per stream, link utilisation counters; with --compare-real the real run beside it")
+    p.add_argument("--plot", metavar="PATH", help="draw the run (timeline, memory per rank and over time, traffic "
+                                                  "per link; with --compare-real simulated vs measured) to an image")
     real = p.add_argument_group("running it for real (--compare-real)")
     real.add_argument("--compare-real", action="store_true",
                       help="also perform the step for real, one process per rank with torch.distributed, "
@@ -82,29 +93,47 @@ def _optional_int(value, flag):
 
 
 def scenario_from_args(args) -> Scenario:
+    return scenario_and_notes(args)[0]
+
+
+def scenario_and_notes(args) -> tuple[Scenario, list[str]]:
+    """The Scenario the flags describe, and notes on what was read from files (ignored keys,
+    resolved "auto" values)."""
     compare = getattr(args, "compare_real", False) or getattr(args, "hardware", None) is not None
     if args.hardware is not None and args.topology is not None:
         raise SimparError("--topology: --hardware gives the machine to simulate; leave --topology out")
     if compare and args.topology is not None:
         raise SimparError("--topology: --compare-real simulates the machine the ranks really run on "
                           "(a built-in CPU-host profile); leave --topology out")
-    return make_scenario(
-        model(args.model or ("tiny-deep" if compare else "gpt2")), args.strategy,
-        units.positive_int(args.gpus, "--gpus"),
-        topology="cpu-host" if compare else args.topology or "dgx-a100",
-        micro_batch=units.positive_int(args.micro_batch, "--micro-batch"),
-        global_batch=_optional_int(args.global_batch, "--global-batch"),
-        microbatches=_optional_int(args.microbatches, "--microbatches"),
-        precision=args.precision or ("fp32" if compare else "bf16-mixed"), optimizer=args.optimizer,
+    spec, notes = resolve_model(args.model or ("tiny-deep" if compare else "gpt2"))
+    gpus = units.positive_int(args.gpus, "--gpus")
+    micro_batch = _optional_int(args.micro_batch, "--micro-batch")
+    global_batch = _optional_int(args.global_batch, "--global-batch")
+    microbatches = _optional_int(args.microbatches, "--microbatches")
+    strategy, precision, optimizer, options = args.strategy or "ddp", args.precision, args.optimizer, {}
+    if getattr(args, "deepspeed", None):
+        for flag, value in (("--strategy", args.strategy), ("--microbatches", args.microbatches),
+                            ("--dp", args.dp), ("--pp", args.pp), ("--tp", args.tp)):
+            if value is not None:
+                raise SimparError(f"{flag}: --deepspeed gives the strategy and batch; leave {flag} out")
+        ds = read_config(load_deepspeed(args.deepspeed), spec, gpus, precision, micro_batch, global_batch)
+        strategy, precision, micro_batch, global_batch = ds.strategy, ds.precision, ds.micro_batch, ds.global_batch
+        microbatches, optimizer, options = ds.microbatches, ds.optimizer or optimizer, ds.options
+        notes += ds.report()
+    options = {"bucket_bytes": units.whole_bytes(args.bucket, "--bucket"),
+               "prefetch": units.positive_int(args.prefetch, "--prefetch", minimum=0), **options}
+    scenario = make_scenario(
+        spec, strategy, gpus, topology="cpu-host" if compare else args.topology or "dgx-a100",
+        micro_batch=micro_batch or 1, global_batch=global_batch, microbatches=microbatches,
+        precision=precision or ("fp32" if compare else "bf16-mixed"), optimizer=optimizer,
         dp=_optional_int(args.dp, "--dp"), pp=_optional_int(args.pp, "--pp"), tp=_optional_int(args.tp, "--tp"),
         bandwidth=None if args.bandwidth is None else units.positive(args.bandwidth, "--bandwidth"),
         latency=None if args.latency is None else units.non_negative(args.latency, "--latency"),
         algo=args.algo.strip().lower() if args.algo else None,
-        bucket_bytes=units.whole_bytes(args.bucket, "--bucket"),
-        prefetch=units.positive_int(args.prefetch, "--prefetch", minimum=0),
         schedule=args.schedule.strip().lower(),
         virtual_stages=units.positive_int(args.virtual_stages, "--virtual-stages"),
-        recompute=args.recompute.strip().lower(), flash_attention=args.flash_attention)
+        recompute=args.recompute.strip().lower(), flash_attention=args.flash_attention, **options)
+    return scenario, notes
 
 
 def scenario_json(scenario: Scenario) -> dict:
@@ -114,23 +143,46 @@ def scenario_json(scenario: Scenario) -> dict:
 
 
 def run(args) -> int:
-    scenario = scenario_from_args(args)
+    scenario, notes = scenario_and_notes(args)
     if args.compare_real:
         from simpar.cli.run_compare import run_and_compare  # imports torch: only when asked
 
-        return run_and_compare(args, scenario)
+        return run_and_compare(args, scenario, notes)
     topology = None
     if args.hardware:
         from simpar.calibrate.profile import HardwareProfile
 
         topology = HardwareProfile.load(args.hardware).topology(scenario.cluster.gpus, scenario.train.precision)
-    result = simulate(scenario, topology=topology, replay=not args.no_replay)
-    if args.json and write_json({"scenario": scenario_json(scenario),
+    result = simulate(scenario, topology=topology, replay=not args.no_replay, record_links=bool(args.trace))
+    wrote = write_figures(args, scenario, {"scenario": scenario_json(scenario),
+                                           "sim": result.to_json(timeline=True, ops=True, links=True)})
+    if args.json and write_json({"scenario": scenario_json(scenario), "inputs": notes,
                                 "sim": result.to_json(timeline=args.memory_timeline, ops=args.op_timeline)},
                                args.json):
         return 0
+    for note in notes:
+        print(note)
     print_result(scenario, result)
+    for line in wrote:
+        print(line)
     return 0
+
+
+def write_figures(args, scenario: Scenario, result: dict) -> list[str]:
+    """--trace and --plot of ``result`` (scenario, sim with every timeline, real); what was written."""
+    wrote = []
+    if args.trace:
+        from simpar.trace import build_trace, write_trace
+
+        title = f"{scenario.strategy.name} on {scenario.cluster.gpus} GPUs: {scenario.model.name}"
+        write_trace(args.trace, build_trace(build_plan(scenario), result["sim"], result.get("real"), title))
+        wrote.append(f"trace: {args.trace} (open it in https://ui.perfetto.dev or chrome://tracing)")
+    if args.plot:
+        from simpar.plots import save_figure  # imports matplotlib: only when asked
+
+        save_figure(result, args.plot)
+        wrote.append(f"figure: {args.plot}")
+    return wrote
 
 
 def print_result(scenario: Scenario, result: SimResult) -> None:

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 from simpar.errors import SimparError
+from simpar.models.hf import load_config, looks_like_config
 from simpar.models.spec import ModelSpec
 
 _GPT2 = dict(vocab=50257, activation="gelu", norm="layernorm", tied_embeddings=True, bias=True)
@@ -35,7 +36,16 @@ PRESETS: dict[str, ModelSpec] = {
 
 
 def model(name: str) -> ModelSpec:
+    """A preset by name, or the model a Hugging Face config.json describes (see models/hf.py)."""
+    return resolve_model(name)[0]
+
+
+def resolve_model(name: str) -> tuple[ModelSpec, list[str]]:
+    """(ModelSpec, notes): notes list what a config file held that simpar ignored."""
     key = name.strip().lower()
-    if key not in PRESETS:
-        raise SimparError(f"--model: unknown preset {name!r}; choose from {', '.join(PRESETS)}")
-    return PRESETS[key]
+    if key in PRESETS:
+        return PRESETS[key], []
+    if looks_like_config(name):
+        return load_config(name.strip())
+    raise SimparError(f"--model: unknown preset {name!r}; choose from {', '.join(PRESETS)} or give a "
+                      "Hugging Face config.json")

@@ -1,0 +1,232 @@
+"""A DeepSpeed config (``ds_config.json``) read into simpar's strategy and training flags.
+
+What is read and how:
+- ``zero_optimization.stage`` 0/1/2/3 -> ddp / zero1 / zero2 / zero3; ``offload_optimizer.device`` cpu
+  -> zero2-offload or zero3-offload, nvme (optimizer or parameters) -> zero3-infinity;
+  ``offload_param.device`` cpu needs stage 3 (as in DeepSpeed).
+- ``train_batch_size`` = ``train_micro_batch_size_per_gpu`` x ``gradient_accumulation_steps`` x dp:
+  any one of them may be missing or "auto" and is solved from the others (with the command line's
+  --micro-batch / --global-batch standing in for an "auto"), as DeepSpeed and the HF Trainer do.
+- ``fp16.enabled`` / ``bf16.enabled`` -> precision ("auto": the --precision flag).
+- ``reduce_bucket_size`` (elements) -> gradient bucket bytes; "auto" is hidden^2, as in the HF Trainer.
+- ``stage3_prefetch_bucket_size`` (elements) -> layers gathered ahead; "auto" is 0.9 hidden^2.
+- ``overlap_comm`` -> false: communication does not overlap compute.
+- ``optimizer.type`` -> adam / adamw / sgd.
+Everything else is reported: DeepSpeed keys simpar has no model for, and keys DeepSpeed does not have.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+
+from simpar.errors import SimparError
+from simpar.models.spec import ModelSpec
+
+# DeepSpeed keys that do not change step time or memory in simpar's model (or are not modelled);
+# they are listed back to the user, never dropped silently.
+NOT_MODELLED = {
+    "gradient_clipping", "steps_per_print", "wall_clock_breakdown", "scheduler", "prescale_gradients",
+    "gradient_predivide_factor", "sparse_gradients", "dump_state", "communication_data_type",
+    "seq_parallel_communication_data_type",
+    "activation_checkpointing", "flops_profiler", "tensorboard", "wandb", "csv_monitor", "comms_logger",
+    "zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer", "amp", "data_types", "checkpoint",
+    "elasticity", "aio", "memory_breakdown", "autotuning", "compression_training", "data_efficiency",
+    "pipeline", "moe", "curriculum_learning", "train_batch_size_per_gpu", "load_universal_checkpoint",
+}
+ZERO_NOT_MODELLED = {
+    "contiguous_gradients", "reduce_scatter", "round_robin_gradients", "stage3_max_live_parameters",
+    "stage3_max_reuse_distance", "stage3_param_persistence_threshold", "stage3_gather_16bit_weights_on_model_save",
+    "stage3_gather_fp16_weights_on_model_save", "sub_group_size", "elastic_checkpoint", "ignore_unused_parameters",
+    "use_multi_rank_bucket_allreduce", "zero_hpz_partition_size", "zero_quantized_weights",
+    "zero_quantized_gradients", "memory_efficient_linear", "cpu_offload", "load_from_fp32_weights",
+    "allgather_partitions", "allgather_bucket_size", "mics_shard_size", "legacy_stage1",
+}
+REASONS = {"allgather_bucket_size": "simpar gathers updated parameters in the reduce buckets"}
+TOP_LEVEL = {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
+             "zero_optimization", "fp16", "bf16", "optimizer"}
+ZERO_READ = {"stage", "offload_optimizer", "offload_param", "reduce_bucket_size", "overlap_comm",
+             "stage3_prefetch_bucket_size"}
+OPTIMIZER_TYPES = {"adam": "adam", "adamw": "adamw", "fusedadam": "adam", "cpuadam": "adam",
+                   "deepspeedcpuadam": "adam", "sgd": "sgd"}
+
+
+@dataclass
+class DeepSpeedSettings:
+    """What a config resolves to: make_scenario arguments, and what to tell the user."""
+
+    strategy: str
+    micro_batch: int
+    global_batch: int
+    microbatches: int
+    precision: str
+    optimizer: str | None
+    options: dict  # StrategySpec fields: bucket_bytes, prefetch, overlap_comm
+    resolved: dict[str, object] = field(default_factory=dict)  # "auto" or missing key -> the value it took
+    ignored: list[str] = field(default_factory=list)  # DeepSpeed keys read but not modelled
+    unknown: list[str] = field(default_factory=list)  # keys DeepSpeed does not have
+
+    def report(self) -> list[str]:
+        lines = [f"deepspeed: strategy {self.strategy}, micro-batch {self.micro_batch} x accumulation "
+                 f"{self.microbatches} (global batch {self.global_batch}), {self.precision}"]
+        if self.resolved:
+            values = ", ".join(f"{k}={v}" for k, v in self.resolved.items())
+            lines.append(f"deepspeed: resolved (\"auto\" or not given): {values}")
+        if self.ignored:
+            lines.append("deepspeed: not modelled (no effect on this simulation): " + ", ".join(self.ignored))
+        if self.unknown:
+            lines.append("deepspeed: unknown keys (not DeepSpeed settings; typo?): " + ", ".join(self.unknown))
+        return lines
+
+
+def _value(config: dict, key: str, where: str, kind=int, auto=None):
+    """config[key] as ``kind``; "auto" or missing -> ``auto``."""
+    value = config.get(key)
+    if value is None or value == "auto":
+        return auto
+    if kind is bool:
+        if not isinstance(value, bool):
+            raise SimparError(f"--deepspeed: {where}{key} must be true, false or \"auto\", got {value!r}")
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or value != int(value):
+        raise SimparError(f"--deepspeed: {where}{key} must be a whole number or \"auto\", got {value!r}")
+    return int(value)
+
+
+def _device(section: object, name: str) -> str:
+    if section is None:
+        return "none"
+    if not isinstance(section, dict):
+        raise SimparError(f"--deepspeed: zero_optimization.{name} must be an object")
+    device = str(section.get("device", "none")).lower()
+    if device not in ("none", "cpu", "nvme"):
+        raise SimparError(f"--deepspeed: zero_optimization.{name}.device must be none, cpu or nvme, got {device!r}")
+    return device
+
+
+def _strategy(stage: int, optimizer_device: str, param_device: str) -> str:
+    if stage not in (0, 1, 2, 3):
+        raise SimparError(f"--deepspeed: zero_optimization.stage must be 0, 1, 2 or 3, got {stage}")
+    if "nvme" in (optimizer_device, param_device):
+        if stage != 3:
+            raise SimparError("--deepspeed: NVMe offload (ZeRO-Infinity) needs zero_optimization.stage 3")
+        return "zero3-infinity"
+    if param_device == "cpu" and stage != 3:
+        raise SimparError("--deepspeed: offload_param needs zero_optimization.stage 3")
+    if optimizer_device == "cpu" or param_device == "cpu":
+        if stage < 2:
+            raise SimparError("--deepspeed: simpar models optimizer offload with stage 2 or 3 "
+                              f"(ZeRO-Offload), not stage {stage}")
+        return f"zero{stage}-offload"
+    return {0: "ddp", 1: "zero1", 2: "zero2", 3: "zero3"}[stage]
+
+
+def _batch(config: dict, dp: int, micro_flag: int | None, global_flag: int | None, resolved: dict):
+    """(micro-batch, accumulation, global batch) with train = micro x accumulation x dp."""
+    micro = _value(config, "train_micro_batch_size_per_gpu", "")
+    accumulation = _value(config, "gradient_accumulation_steps", "")
+    total = _value(config, "train_batch_size", "")
+    for key, value in (("train_micro_batch_size_per_gpu", micro), ("gradient_accumulation_steps", accumulation),
+                       ("train_batch_size", total)):
+        if value == 0:
+            raise SimparError(f"--deepspeed: {key} must be at least 1")
+    if micro is None and micro_flag is not None:
+        micro = resolved["train_micro_batch_size_per_gpu"] = micro_flag
+    if total is None and global_flag is not None:
+        total = resolved["train_batch_size"] = global_flag
+    if micro is None and accumulation is not None and total is not None:
+        micro = resolved["train_micro_batch_size_per_gpu"] = total // (accumulation * dp)
+    if micro is None:
+        micro = resolved["train_micro_batch_size_per_gpu"] = 1
+    if accumulation is None:
+        accumulation = max(1, total // (micro * dp)) if total is not None else 1
+        resolved["gradient_accumulation_steps"] = accumulation
+    if total is None:
+        total = resolved["train_batch_size"] = micro * accumulation * dp
+    if total != micro * accumulation * dp:
+        raise SimparError(f"--deepspeed: train_batch_size {total} != train_micro_batch_size_per_gpu {micro} x "
+                          f"gradient_accumulation_steps {accumulation} x data-parallel ranks {dp} = "
+                          f"{micro * accumulation * dp}")
+    return micro, accumulation, total
+
+
+def _precision(config: dict, flag: str | None, resolved: dict) -> str:
+    """fp16 / bf16 enabled -> mixed precision; neither -> fp32, as in DeepSpeed; "auto" -> --precision."""
+    enabled = {}
+    for key in ("fp16", "bf16"):
+        section = config.get(key) or {}
+        if not isinstance(section, dict):
+            raise SimparError(f"--deepspeed: {key} must be an object")
+        enabled[key] = _value(section, "enabled", f"{key}.", kind=bool, auto=None)
+        if section.get("enabled") == "auto":
+            enabled[key] = resolved[f"{key}.enabled"] = (flag or "bf16-mixed") == f"{key}-mixed"
+    if enabled["fp16"] and enabled["bf16"]:
+        raise SimparError("--deepspeed: fp16.enabled and bf16.enabled are both true; choose one")
+    precision = "fp16-mixed" if enabled["fp16"] else "bf16-mixed" if enabled["bf16"] else "fp32"
+    if flag is not None and flag != precision:
+        raise SimparError(f"--precision: the DeepSpeed config trains in {precision}, not {flag}; "
+                          "leave --precision out or change fp16/bf16 in the config")
+    return precision
+
+
+def read_config(config: dict, model: ModelSpec, dp: int, precision_flag: str | None = None,
+                micro_flag: int | None = None, global_flag: int | None = None) -> DeepSpeedSettings:
+    """Resolve a parsed DeepSpeed config for ``model`` on ``dp`` data-parallel ranks."""
+    if not isinstance(config, dict):
+        raise SimparError("--deepspeed: the config must be a JSON object")
+    zero = config.get("zero_optimization") or {}
+    if not isinstance(zero, dict):
+        raise SimparError("--deepspeed: zero_optimization must be an object")
+    resolved: dict[str, object] = {}
+    stage = _value(zero, "stage", "zero_optimization.", auto=0)
+    strategy = _strategy(stage, _device(zero.get("offload_optimizer"), "offload_optimizer"),
+                         _device(zero.get("offload_param"), "offload_param"))
+    micro, accumulation, total = _batch(config, dp, micro_flag, global_flag, resolved)
+
+    precision = _precision(config, precision_flag, resolved)
+    grad_bytes = 4 if precision == "fp32" else 2
+
+    options: dict[str, object] = {}
+    bucket = _value(zero, "reduce_bucket_size", "zero_optimization.", auto=None)
+    if zero.get("reduce_bucket_size") == "auto":
+        bucket = resolved["reduce_bucket_size"] = model.hidden * model.hidden
+    if bucket is not None:
+        options["bucket_bytes"] = max(1, bucket) * grad_bytes
+    prefetch = _value(zero, "stage3_prefetch_bucket_size", "zero_optimization.", auto=None)
+    if zero.get("stage3_prefetch_bucket_size") == "auto":
+        prefetch = resolved["stage3_prefetch_bucket_size"] = int(0.9 * model.hidden * model.hidden)
+    if prefetch is not None:  # layers whose parameters fit in the prefetch bucket
+        options["prefetch"] = min(model.layers, math.floor(prefetch / model.layer_params()))
+    overlap = _value(zero, "overlap_comm", "zero_optimization.", kind=bool, auto=None)
+    if overlap is not None:
+        options["overlap_comm"] = overlap
+
+    optimizer = None
+    section = config.get("optimizer")
+    if isinstance(section, dict) and section.get("type") is not None:
+        kind = str(section["type"]).replace("_", "").lower()
+        if kind not in OPTIMIZER_TYPES:
+            raise SimparError(f"--deepspeed: optimizer.type {section['type']!r}: simpar models "
+                              "Adam, AdamW and SGD")
+        optimizer = OPTIMIZER_TYPES[kind]
+        if optimizer == "sgd" and (section.get("params") or {}).get("momentum"):
+            optimizer = "sgd-momentum"
+
+    ignored = sorted(k for k in config if k in NOT_MODELLED)
+    ignored += sorted(f"zero_optimization.{k}" + (f" ({REASONS[k]})" if k in REASONS else "")
+                      for k in zero if k in ZERO_NOT_MODELLED)
+    unknown = sorted(k for k in config if k not in TOP_LEVEL | NOT_MODELLED)
+    unknown += sorted(f"zero_optimization.{k}" for k in zero if k not in ZERO_READ | ZERO_NOT_MODELLED)
+    return DeepSpeedSettings(strategy, micro, total, accumulation, precision, optimizer, options,
+                             resolved, ignored, unknown)
+
+
+def load(path: str) -> dict:
+    try:
+        with open(path) as handle:
+            return json.load(handle)
+    except OSError as exc:
+        raise SimparError(f"--deepspeed: cannot read {path!r}: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise SimparError(f"--deepspeed: {path} is not valid JSON (line {exc.lineno}: {exc.msg})") from None

@@ -86,10 +86,13 @@ def max_min_rates(entry_flow: np.ndarray, entry_channel: np.ndarray, capacity: n
 class Network:
     """Moves bytes between topology nodes inside a SimPy environment, counting them."""
 
-    def __init__(self, env: simpy.Environment, topology: Topology):
+    def __init__(self, env: simpy.Environment, topology: Topology, record_utilisation: bool = False):
         self.env = env
         self.topology = topology
         self.capacity = topology.capacities
+        # channel -> [(time, fraction of capacity in use)], each point where it changed (--trace)
+        self.utilisation: dict[int, list[tuple[float, float]]] | None = {} if record_utilisation else None
+        self._load = np.zeros(topology.num_channels)
         self.channel_bytes = np.zeros(topology.num_channels)
         self.sent: dict[str, int] = defaultdict(int)
         self.received: dict[str, int] = defaultdict(int)
@@ -178,11 +181,23 @@ class Network:
     def _reallocate(self) -> None:
         if not self._flows:
             self._rates = np.zeros(0)
+            self._record(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
             return
         lengths = [len(f.route) for f in self._flows]
         entry_flow = np.repeat(np.arange(len(self._flows)), lengths)
         entry_channel = np.concatenate([f.route for f in self._flows])
         self._rates = max_min_rates(entry_flow, entry_channel, self.capacity, len(self._flows))
+        self._record(entry_flow, entry_channel)
+
+    def _record(self, entry_flow: np.ndarray, entry_channel: np.ndarray) -> None:
+        """Note each channel whose share of its capacity in use changed, and when."""
+        if self.utilisation is None:
+            return
+        rates = self._rates[entry_flow] if len(entry_flow) else np.zeros(0)
+        load = np.bincount(entry_channel, weights=rates, minlength=len(self.capacity)) / self.capacity
+        for channel in np.nonzero(np.abs(load - self._load) > 1e-9)[0]:
+            self.utilisation.setdefault(int(channel), []).append((float(self.env.now), float(load[channel])))
+        self._load = load
 
     def busiest_channels(self) -> list[tuple[str, str, int]]:
         """(name, kind, bytes) for every channel that carried bytes, busiest first."""

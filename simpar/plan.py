@@ -127,6 +127,24 @@ def op_class(op: Op) -> str | None:
     return None
 
 
+def op_label(op: Op) -> str:
+    """A short human name for an op (traces, plots, fault messages)."""
+    if isinstance(op, Compute):
+        where = "all units" if op.unit < 0 else f"unit {op.unit}"
+        return f"{op.phase} {where}" + (f" mb {op.microbatch}" if op.phase != "step" else "") + \
+            (" (host)" if op.device == "host" else "")
+    if isinstance(op, Collective):
+        return f"{op.op} {op.payload} ({op.group}, {op.nbytes / 2**20:.2f} MiB)".replace("  ", " ")
+    if isinstance(op, (Send, Recv)):
+        arrow = "->" if isinstance(op, Send) else "<-"
+        return f"{type(op).__name__.lower()} {op.tag} mb {op.microbatch} {arrow} {op.peer}"
+    if isinstance(op, Copy):
+        return f"copy {op.payload} {op.src}->{op.dst} ({op.nbytes / 2**20:.2f} MiB)".replace("  ", " ")
+    if isinstance(op, (Alloc, Free)):
+        return f"{type(op).__name__.lower()} {op.category} {op.payload}".strip()
+    return type(op).__name__
+
+
 @dataclass
 class Program:
     """The ops of a set of identical ranks. ``add`` appends an op and returns its id."""

@@ -37,7 +37,7 @@ def write_json(data, destination: str) -> bool:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from simpar.cli import calibrate, catalog, collective, models, run, validate
+    from simpar.cli import calibrate, catalog, collective, models, plot, run, search, validate
 
     parser = _Parser(prog="simpar", description="Simulate, run for real and teach distributed training.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -47,6 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
     models.register(sub)
     calibrate.register(sub)
     validate.register(sub)
+    plot.register(sub)
+    search.register(sub)
     return parser
 
 

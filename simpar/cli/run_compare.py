@@ -12,7 +12,7 @@ from simpar import units
 from simpar.cli import write_json
 from simpar.calibrate import default_path
 from simpar.calibrate.profile import HardwareProfile
-from simpar.cli.run import scenario_json
+from simpar.cli.run import scenario_json, write_figures
 from simpar.errors import SimparError
 from simpar.plan import OP_CLASSES
 from simpar.real.compare import MEMORY_ROWS, comparison, run_real
@@ -38,7 +38,7 @@ def real_options(args) -> tuple[int, float, int, str, str]:
     return steps, timeout, seed, backend, collectives
 
 
-def run_and_compare(args, scenario: Scenario) -> int:
+def run_and_compare(args, scenario: Scenario, notes: list[str] = ()) -> int:
     steps, timeout, seed, backend, collectives = real_options(args)
     world = scenario.strategy.dp * scenario.strategy.pp * scenario.strategy.tp
     have = torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -49,7 +49,7 @@ def run_and_compare(args, scenario: Scenario) -> int:
               disable=None, leave=False) as bar:  # disable=None: no bar when stderr is not a terminal
         real = run_real(scenario, steps, seed, timeout, backend, progress=lambda done: bar.update(done - bar.n),
                         collectives=collectives)
-    return report(args, scenario, real, backend)
+    return report(args, scenario, real, backend, list(notes))
 
 
 def machine_topology(args, scenario: Scenario):
@@ -65,16 +65,22 @@ def machine_topology(args, scenario: Scenario):
         f"hardware profile {path} (simpar calibrate: micro-benchmarks of this machine)"
 
 
-def report(args, scenario: Scenario, real: dict, backend: str) -> int:
+def report(args, scenario: Scenario, real: dict, backend: str, notes: list[str]) -> int:
     """Simulate the scenario on this machine's profile and print (or write) it beside ``real``."""
     topology, note = machine_topology(args, scenario)
-    sim = simulate(scenario, topology=topology, replay=not args.no_replay, serial=True).to_json(
-        timeline=args.memory_timeline, ops=args.op_timeline)
-    result = {"scenario": scenario_json(scenario), "profile": note, "sim": sim, "real": real,
+    simulated = simulate(scenario, topology=topology, replay=not args.no_replay, serial=True,
+                         record_links=bool(args.trace))
+    sim = simulated.to_json(timeline=args.memory_timeline, ops=args.op_timeline)
+    result = {"scenario": scenario_json(scenario), "inputs": notes, "profile": note, "sim": sim, "real": real,
               "comparison": comparison(sim, real)}
+    wrote = write_figures(args, scenario, {**result, "sim": simulated.to_json(timeline=True, ops=True, links=True)})
     if args.json and write_json(result, args.json):
         return 0
+    for line in notes:
+        print(line)
     print_comparison(scenario, result, backend)
+    for line in wrote:
+        print(line)
     return 0
 
 

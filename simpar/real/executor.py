@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from simpar.errors import SimparError
-from simpar.plan import Alloc, Collective, Compute, Copy, Free, Recv, Send
+from simpar.plan import Alloc, Collective, Compute, Copy, Free, Recv, Send, op_label
 from simpar.real.comm import CountingComm, NativeComm
 from simpar.real.instrument import Recorder, SavedActivations
 from simpar.real.model import build_model, synthetic_batch
@@ -108,8 +108,7 @@ class RankExecutor:
         self.recorder.start_step()
         for op in self.program.ops:
             started = self.recorder.clock()
-            with self.ctx.op(f"step {step} op {op.id} {type(op).__name__} {getattr(op, 'phase', '')}"
-                             f"{getattr(op, 'op', '')} unit {getattr(op, 'unit', getattr(op, 'units', ''))}"):
+            with self.ctx.op(f"step {step} op {op.id}: {op_label(op)}"):
                 if isinstance(op, Free) and op.units and op.payload.startswith("params"):
                     self.states.release(op.units)
                 if isinstance(op, (Alloc, Free)):

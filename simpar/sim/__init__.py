@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from simpar import topologies
-from simpar.plan import OP_CLASSES, Plan, op_class
+from simpar.plan import CATEGORIES, OP_CLASSES, Plan, op_class
 from simpar.scenario import Scenario
 from simpar.sim.breakdown import PARTS, program_breakdown
 from simpar.sim.memory_check import check_memory
@@ -24,8 +24,9 @@ class SimResult:
     notes: list[str] = field(default_factory=list)
     memory_timeline: list[dict] = field(default_factory=list)  # per program: [(time, GPU bytes)]
     op_timeline: list[dict] = field(default_factory=list)  # per program: every op's start and end
+    link_timeline: list[dict] = field(default_factory=list)  # per channel: utilisation over time (record_links)
 
-    def to_json(self, timeline: bool = False, ops: bool = False) -> dict:
+    def to_json(self, timeline: bool = False, ops: bool = False, links: bool = False) -> dict:
         data = {"step_time_s": self.step_time_s, "breakdown": self.breakdown, "ranks": self.ranks,
                 "links": self.links, "notes": self.notes}
         if self.server is not None:
@@ -34,6 +35,8 @@ class SimResult:
             data["memory_timeline"] = self.memory_timeline
         if ops:
             data["op_timeline"] = self.op_timeline
+        if links:
+            data["link_timeline"] = self.link_timeline
         return data
 
 
@@ -43,15 +46,18 @@ def build_topology(scenario: Scenario) -> Topology:
 
 
 def simulate(scenario: Scenario, topology: Topology | None = None, plan: Plan | None = None,
-             replay: bool = True, check_oom: bool = True, serial: bool = False) -> SimResult:
+             replay: bool = True, check_oom: bool = True, serial: bool = False,
+             record_links: bool = False) -> SimResult:
     """Simulate one training step. Raises SimparError (naming rank and category) on OOM.
-    ``serial`` prices each rank's ops one after another, as the reference executor runs them."""
+    ``serial`` prices each rank's ops one after another, as the reference executor runs them;
+    ``record_links`` keeps every link's utilisation over time (and so simulates without replay)."""
     topology = topology or build_topology(scenario)
     plan = plan or build_plan(scenario)
     gpu = topology.graph.nodes[topology.gpus[0]]["spec"]
     if check_oom:
         check_memory(scenario, plan, gpu, topology)
-    sim = Simulator(plan, scenario, topology, replay=replay, serial=serial)
+    serial = serial or not scenario.strategy.overlap_comm
+    sim = Simulator(plan, scenario, topology, replay=replay, serial=serial, record_links=record_links)
     step_time = sim.run()
     if check_oom:  # streams may overlap allocations more than program order suggests
         check_memory(scenario, plan, gpu, topology, trackers=sim.memory)
@@ -75,10 +81,14 @@ def simulate(scenario: Scenario, topology: Topology | None = None, plan: Plan | 
     if topology.server is not None and (sim.sent[topology.server] or sim.received[topology.server]):
         server = {"bytes_sent": int(sim.sent[topology.server]), "bytes_received": int(sim.received[topology.server])}
     links = [{"name": name, "kind": kind, "bytes": b} for name, kind, b in sim.network.busiest_channels()]
-    timeline = [{"program": prog.name, "ranks": list(prog.ranks), "points": sim.memory[pi].timeline}
+    timeline = [{"program": prog.name, "ranks": list(prog.ranks), "points": sim.memory[pi].timeline,
+                 "categories": list(CATEGORIES), "by_category": sim.memory[pi].by_category}
                 for pi, prog in enumerate(plan.programs)]
     ops = [{"program": prog.name, "ranks": list(prog.ranks),
             "ops": [{"op": op.id, "stream": op.stream, "class": op_class(op), "start": sim.times[pi][op.id][1],
                      "end": sim.times[pi][op.id][2]} for op in prog.ops if op_class(op)]}
            for pi, prog in enumerate(plan.programs)]
-    return SimResult(step_time, totals, ranks, links, server, list(plan.notes), timeline, ops)
+    usage = sim.network.utilisation or {}
+    link_timeline = [{"name": topology.channel_name(c), "kind": topology.channel_kind(c), "points": points}
+                     for c, points in sorted(usage.items())]
+    return SimResult(step_time, totals, ranks, links, server, list(plan.notes), timeline, ops, link_timeline)

@@ -26,14 +26,14 @@ def check_memory(scenario: Scenario, plan: Plan, gpu, topology, trackers=None) -
                 f"{gpu.name} has {units.human_bytes(gpu.memory_bytes)}: {units.human_bytes(peak - gpu.memory_bytes)} "
                 f"over; largest category {category} = {units.human_bytes(tracker.at_peak[category])} "
                 f"({_breakdown(tracker.at_peak)}). {_alternatives(scenario, gpu)}")
-    _check_host(plan, trackers, topology)
+    check_host(plan, trackers, topology)
 
 
 def _breakdown(at_peak: dict) -> str:
     return ", ".join(f"{c} {units.human_bytes(v)}" for c, v in at_peak.items() if v)
 
 
-def _check_host(plan: Plan, trackers, topology) -> None:
+def check_host(plan: Plan, trackers, topology) -> None:
     per_machine: dict = defaultdict(int)
     for prog, tracker in zip(plan.programs, trackers):
         for rank in prog.ranks:

@@ -61,12 +61,12 @@ class _CollectiveEntry:
 
 class Simulator:
     def __init__(self, plan: Plan, scenario: Scenario, topology: Topology, replay: bool = True,
-                 serial: bool = False):
+                 serial: bool = False, record_links: bool = False):
         if len(topology.gpus) < plan.grid.world:
             raise SimparError(f"--gpus: the plan needs {plan.grid.world} GPUs, topology has {len(topology.gpus)}")
         self.plan, self.scenario, self.topology = plan, scenario, topology
         self.env = simpy.Environment()
-        self.network = Network(self.env, topology)
+        self.network = Network(self.env, topology, record_utilisation=record_links)
         gpu = topology.graph.nodes[topology.gpus[0]]["spec"]
         dtype = COMPUTE_DTYPE[scenario.train.precision]
         if getattr(gpu, f"{dtype}_flops") is None:
@@ -85,7 +85,9 @@ class Simulator:
         self._arrivals: dict[str, simpy.Event] = {}
         self.send_issued: dict[str, float] = {}
         users = {(i, op.stream) for i, p in enumerate(plan.programs) for op in p.ops if isinstance(op, NETWORK_OPS)}
-        self.replay = replay and len(users) <= 1
+        # replay "always" (strategy search): repeat a collective's first cost even where other streams could
+        # contend with it - an approximation that makes 3D plans cheap to price
+        self.replay = (replay == "always" or (replay and len(users) <= 1)) and not record_links
         # serial: every op of a program one after another in program order, as the reference executor
         # performs them (sends still leave without waiting, like its isend); otherwise streams overlap
         self.serial = serial

@@ -18,6 +18,7 @@ class MemoryTracker:
         self.peak = {"gpu": 0, "host": 0, "nvme": 0}
         self.at_peak: dict[str, int] = {}  # GPU categories at the moment of the GPU peak
         self.timeline: list[tuple[float, int]] = []  # (time, GPU bytes in use)
+        self.by_category: list[tuple[float, list[int]]] = []  # (time, GPU bytes per CATEGORIES)
 
     def apply(self, op, now: float = 0.0) -> None:
         sign = 1 if isinstance(op, Alloc) else -1
@@ -27,6 +28,7 @@ class MemoryTracker:
         total = sum(v for (memory, _), v in self.current.items() if memory == op.memory)
         if op.memory == "gpu":
             self.timeline.append((now, total))
+            self.by_category.append((now, [self.current[("gpu", c)] for c in CATEGORIES]))
         if total > self.peak[op.memory]:
             self.peak[op.memory] = total
             if op.memory == "gpu":

@@ -1,0 +1,183 @@
+"""Strategy search: every valid layout of a model on a cluster, simulated, the fastest that fit first.
+
+A candidate is (strategy, dp, pp, tp, micro-batch, recomputation, pipeline schedule) at a fixed
+global batch, so step times compare like for like (same tokens per step). Data parallelism alone
+tries ddp, ZeRO-1/2/3 and ZeRO-Offload; any pipeline or tensor split is Megatron 3D (ZeRO-1 across
+data-parallel ranks), tensor parallelism kept inside a machine. Each candidate's Plan is walked for
+its memory first (cheap); only those under the memory cap are simulated, with collectives replayed
+after their first run (replay="always": contention at that first run is kept, not re-simulated),
+and long accumulations extrapolated from two short ones (Search.evaluate).
+"""
+
+from __future__ import annotations
+
+import itertools
+import multiprocessing
+import sys
+from dataclasses import dataclass
+
+from simpar import topologies
+from simpar.errors import SimparError
+from simpar.models import ModelSpec
+from simpar.scenario import make_scenario
+from simpar.sim.runner import Simulator
+from simpar.sim.memory_check import check_host
+from simpar.sim.tracker import walk
+from simpar.strategies import build_plan
+
+DATA_PARALLEL = ("ddp", "zero1", "zero2", "zero3", "zero2-offload", "zero3-offload")
+MICRO_BATCHES = (1, 2, 4, 8)
+RECOMPUTE = ("none", "selective", "full")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    strategy: str
+    dp: int
+    pp: int
+    tp: int
+    micro_batch: int
+    recompute: str
+    schedule: str = "1f1b"
+    virtual_stages: int = 1
+
+    def describe(self) -> str:
+        layout = f"dp {self.dp} x pp {self.pp} x tp {self.tp}"
+        schedule = "" if self.pp == 1 else f", {self.schedule}" + (f" v={self.virtual_stages}"
+                                                                    if self.virtual_stages > 1 else "")
+        return f"{self.strategy} ({layout}{schedule}), micro-batch {self.micro_batch}, recompute {self.recompute}"
+
+
+@dataclass
+class Outcome:
+    candidate: Candidate
+    status: str  # "fits" (simulated), "oom" (over the cap), "invalid" (the layout does not apply)
+    step_time_s: float | None = None
+    peak_bytes: int | None = None
+    reason: str = ""
+    extrapolated: bool = False  # step time from two shorter steps (see Search.evaluate)
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def candidates(model: ModelSpec, gpus: int, global_batch: int, gpus_per_machine: int,
+               strategies: tuple[str, ...] = DATA_PARALLEL + ("3d",)) -> list[Candidate]:
+    """Every layout whose degrees divide the GPUs, layers, heads and batch; tp within a machine."""
+    out = []
+    for tp in _divisors(gpus):
+        if tp > gpus_per_machine or model.heads % tp or model.n_kv_heads % tp or model.ffn % tp:
+            continue
+        for pp in _divisors(gpus // tp):
+            if model.layers % pp:
+                continue
+            dp = gpus // (tp * pp)
+            for mb, recompute in itertools.product(MICRO_BATCHES, RECOMPUTE):
+                if global_batch % (mb * dp):
+                    continue
+                m = global_batch // (mb * dp)
+                if pp == tp == 1:
+                    out += [Candidate(s, dp, 1, 1, mb, recompute) for s in strategies if s != "3d"]
+                elif "3d" in strategies:
+                    if pp > 1 and m < pp:
+                        continue  # fewer micro-batches than stages: the pipeline never fills
+                    out.append(Candidate("3d", dp, pp, tp, mb, recompute))
+                    if pp > 1 and m % pp == 0 and model.layers % (2 * pp) == 0:
+                        out.append(Candidate("3d", dp, pp, tp, mb, recompute, "interleaved", 2))
+    return out
+
+
+class Search:
+    """Evaluates candidates of one model on one cluster (the topology is built once)."""
+
+    def __init__(self, model: ModelSpec, gpus: int, topology: str, global_batch: int, precision: str = "bf16-mixed",
+                 optimizer: str = "adam", memory_cap: float | None = None):
+        self.model, self.gpus, self.topology_name = model, gpus, topology
+        self.global_batch, self.precision, self.optimizer = global_batch, precision, optimizer
+        if topology not in topologies.PRESETS:
+            raise SimparError(f"--topology: unknown {topology!r}; choose from {', '.join(topologies.PRESETS)}")
+        self.topology = topologies.build(topology, gpus, None, None)
+        self.gpu = self.topology.graph.nodes[self.topology.gpus[0]]["spec"]
+        self.memory_cap = memory_cap if memory_cap is not None else self.gpu.memory_bytes
+        if self.memory_cap <= 0:
+            raise SimparError(f"--memory-cap: must be positive, got {memory_cap}")
+        machines = {self.topology.machine(g) for g in self.topology.gpus[:gpus]}
+        self.gpus_per_machine = max(1, gpus // len(machines))
+
+    def candidates(self, strategies=DATA_PARALLEL + ("3d",)) -> list[Candidate]:
+        return candidates(self.model, self.gpus, self.global_batch, self.gpus_per_machine, strategies)
+
+    def scenario(self, c: Candidate, microbatches: int | None = None):
+        """The candidate's Scenario, at its global batch or with ``microbatches`` per step instead."""
+        batch = self.global_batch if microbatches is None else c.micro_batch * c.dp * microbatches
+        return make_scenario(self.model, c.strategy, self.gpus, topology=self.topology_name,
+                             micro_batch=c.micro_batch, global_batch=batch, precision=self.precision,
+                             optimizer=self.optimizer, dp=c.dp, pp=c.pp, tp=c.tp, recompute=c.recompute,
+                             schedule=c.schedule, virtual_stages=c.virtual_stages)
+
+    def evaluate(self, c: Candidate) -> Outcome:
+        """Memory first, then the step time. Many micro-batches: a step is affine in their number
+        (each more adds one forward and backward on the slowest stage once the pipeline is full, and
+        warm-up, drain and the final reduction do not change), so it is simulated at p and 2p
+        micro-batches (1 and 2 without a pipeline) and extrapolated; peak memory is the same from
+        there on (1F1B and interleaved hold at most a pipeline's worth). tests/test_search.py checks
+        both against full simulations."""
+        try:
+            scenario = self.scenario(c)
+        except SimparError as exc:
+            return Outcome(c, "invalid", reason=str(exc))
+        m, base = scenario.microbatches, c.pp
+        points = [base, 2 * base] if m > 2 * base else [m]
+        times, peak = [], 0
+        for microbatches in points:
+            short = scenario if microbatches == m else self.scenario(c, microbatches)
+            plan = build_plan(short)
+            trackers = [walk(p) for p in plan.programs]
+            peak = max(t.peak["gpu"] for t in trackers)
+            if peak > self.memory_cap:
+                return Outcome(c, "oom", peak_bytes=peak)
+            try:
+                check_host(plan, trackers, self.topology)  # offloaded states must fit the machines' memory
+            except SimparError as exc:
+                return Outcome(c, "oom", peak_bytes=peak, reason=str(exc).split(";")[0])
+            times.append(Simulator(plan, short, self.topology, replay="always").run())  # the step time only
+        step = times[0] if len(times) == 1 else times[1] + (m - points[1]) * (times[1] - times[0]) / base
+        return Outcome(c, "fits", step, peak, extrapolated=len(times) > 1)
+
+
+def ranked(outcomes: list[Outcome]) -> list[Outcome]:
+    """Those that fit, fastest first (ties: less memory first)."""
+    return sorted((o for o in outcomes if o.status == "fits"), key=lambda o: (o.step_time_s, o.peak_bytes))
+
+
+_worker_search: Search | None = None
+
+
+def _start_worker(arguments: tuple) -> None:
+    global _worker_search
+    _worker_search = Search(*arguments)
+
+
+def _evaluate_in_worker(candidate: Candidate) -> Outcome:
+    return _worker_search.evaluate(candidate)
+
+
+def run_search(search_args: tuple, todo: list[Candidate], jobs: int = 1, progress=None) -> list[Outcome]:
+    """Evaluate ``todo`` with ``jobs`` processes (each builds its own Search from ``search_args``);
+    ``progress(n)`` is told how many are done after each."""
+    tell = progress or (lambda done: None)
+    if jobs <= 1:
+        search = Search(*search_args)
+        outcomes = []
+        for candidate in todo:
+            outcomes.append(search.evaluate(candidate))
+            tell(len(outcomes))
+        return outcomes
+    context = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
+    with context.Pool(jobs, initializer=_start_worker, initargs=(search_args,)) as pool:
+        outcomes = []
+        for outcome in pool.imap(_evaluate_in_worker, todo, chunksize=4):
+            outcomes.append(outcome)
+            tell(len(outcomes))
+    return outcomes

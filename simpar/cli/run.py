@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict
 
 from simpar import units
@@ -92,10 +93,6 @@ def _optional_int(value, flag):
     return None if value is None else units.positive_int(value, flag)
 
 
-def scenario_from_args(args) -> Scenario:
-    return scenario_and_notes(args)[0]
-
-
 def scenario_and_notes(args) -> tuple[Scenario, list[str]]:
     """The Scenario the flags describe, and notes on what was read from files (ignored keys,
     resolved "auto" values)."""
@@ -142,7 +139,15 @@ def scenario_json(scenario: Scenario) -> dict:
             "microbatches": scenario.microbatches}
 
 
+def _check_writable(path: str | None, flag: str) -> None:
+    """Fail before a long run, not after it, when an output cannot be written."""
+    if path and path != "-" and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+        raise SimparError(f"{flag}: cannot write {path!r}: its folder does not exist")
+
+
 def run(args) -> int:
+    for path, flag in ((args.trace, "--trace"), (args.plot, "--plot"), (args.json, "--json")):
+        _check_writable(path, flag)
     scenario, notes = scenario_and_notes(args)
     if args.compare_real:
         from simpar.cli.run_compare import run_and_compare  # imports torch: only when asked

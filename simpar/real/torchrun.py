@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 
 from simpar.cli import build_parser
-from simpar.cli.run import scenario_from_args
+from simpar.cli.run import scenario_and_notes
 from simpar.cli.run_compare import real_options, report
 from simpar.errors import SimparError
 from simpar.real.compare import real_json
@@ -29,7 +29,7 @@ from simpar.real.launch import _OP_CHARS, RankContext
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(["run", *(sys.argv[1:] if argv is None else argv), "--compare-real"])
-    scenario = scenario_from_args(args)
+    scenario, notes = scenario_and_notes(args)
     steps, timeout, seed, backend, collectives = real_options(args)
     check_supported(scenario)
     rank, world = int(os.environ.get("RANK", "-1")), int(os.environ.get("WORLD_SIZE", "0"))
@@ -46,7 +46,8 @@ def main(argv: list[str] | None = None) -> int:
         gathered = [None] * world if rank == 0 else None
         dist.gather_object(mine, gathered, dst=0)
         if rank == 0:
-            return report(args, scenario, real_json(scenario, gathered, steps, collectives), backend)
+            return report(args, scenario, real_json(scenario, gathered, steps, collectives), backend,
+                          notes)
         return 0
     finally:
         dist.destroy_process_group()

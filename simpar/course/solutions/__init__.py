@@ -1,0 +1,1 @@
+"""simpar's reference solutions to the assignments (a1 ... a4): graders must pass them."""

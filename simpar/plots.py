@@ -9,9 +9,12 @@ with --compare-real); the timeline needs ``op_timeline`` (--op-timeline), memory
 
 from __future__ import annotations
 
+import sys
+
 import matplotlib
 
-matplotlib.use("Agg")  # files only: no screen on the machines this runs on
+if "ipykernel" not in sys.modules:  # notebooks draw inline; everywhere else, files only (no screen)
+    matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from simpar.errors import SimparError  # noqa: E402
@@ -101,6 +104,28 @@ def plot_sim_vs_real(ax, comparison: dict, title: str = "simulated vs measured")
     ax.set_ylabel("ms")
     ax.set_title(title)
     ax.legend(fontsize="small")
+
+
+def plot_series(ax, x, series: dict[str, list], xlabel: str, ylabel: str, title: str = "",
+                logx: bool = False, logy: bool = False) -> None:
+    """Lines of ``series`` (label -> y values) against ``x``: sweeps over GPUs, sizes, micro-batches."""
+    for label, ys in series.items():
+        ax.plot(x, ys, marker="o", label=label)
+    ax.set_xscale("log" if logx else "linear")
+    ax.set_yscale("log" if logy else "linear")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+
+
+def plot_bars(ax, values: dict[str, float], ylabel: str, title: str = "", colour: str = "tab:blue") -> None:
+    """One bar per label (step time per strategy, bytes per rank...)."""
+    ax.bar(list(values), list(values.values()), color=colour)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.tick_params(axis="x", labelrotation=20)
 
 
 def available_panels(result: dict) -> list[str]:

@@ -1,7 +1,9 @@
 """Calibration: fits, the saved profile and the simulator priced with it; validate's report."""
 
 import json
+import math
 
+import numpy as np
 import pytest
 
 from simpar.calibrate.profile import HardwareProfile, fit_line
@@ -25,6 +27,22 @@ def test_unit_costs_fit_an_overhead_per_kind_of_unit_and_one_rate():
     rows = [{"unit": kind, "fwd_flops": f, "fwd_s": truth[kind] + f / 2e10}
             for kind in truth for f in (1e6, 4e6, 16e6)]
     assert fit_unit_costs(rows, "fwd") == pytest.approx([30e-6, 300e-6, 80e-6, 2e10])
+
+
+def test_unit_costs_refit_without_an_overhead_that_fits_below_zero():
+    """The layer rows sit below the line (as noise can put them): its overhead is fixed at 0 and
+    the others refitted, instead of a negative overhead clipped after the fact."""
+    from simpar.calibrate.profile import fit_unit_costs
+
+    rows = [{"unit": "embedding", "fwd_flops": f, "fwd_s": 30e-6 + f / 2e10} for f in (1e6, 4e6, 16e6)]
+    rows += [{"unit": "layer", "fwd_flops": f, "fwd_s": f / 2e10 * 0.9} for f in (1e6, 4e6, 16e6)]
+    rows += [{"unit": "head", "fwd_flops": f, "fwd_s": 80e-6 + f / 2e10} for f in (1e6, 4e6, 16e6)]
+    fit = fit_unit_costs(rows, "fwd")
+    assert fit[1] == 0.0 and all(v >= 0 for v in fit)
+    # the same as least squares on the embedding, head and FLOP columns alone
+    design = np.array([[r["unit"] == "embedding", r["unit"] == "head", r["fwd_flops"]] for r in rows], dtype=float)
+    e, h, per_flop = np.linalg.lstsq(design, np.array([r["fwd_s"] for r in rows]), rcond=None)[0]
+    assert fit == pytest.approx([e, 0.0, h, 1 / per_flop], rel=1e-9)
 
 
 def test_fit_line_recovers_a_line_and_stays_non_negative():
@@ -96,7 +114,10 @@ def test_calibrate_then_validate_end_to_end(tmp_path, cli):
     result = cli("calibrate", "--gpus", "2", "--repeats", "2", "--out", str(profile))
     assert result.returncode == 0, result.stderr
     data = json.loads(profile.read_text())
-    assert set(data["ring"]) == {"2"} and data["compute"]["fp32"]["fwd"][1] > 0
+    assert set(data["ring"]) == {"2"}
+    for phase in ("fwd", "bwd"):  # overheads per unit kind (never negative) and a FLOP rate
+        fit = data["compute"]["fp32"][phase]
+        assert len(fit) == 4 and all(math.isfinite(v) and v >= 0 for v in fit) and fit[-1] > 0
     report = tmp_path / "report.md"
     result = cli("validate", "--strategies", "ddp,zero3", "--gpus", "2", "--steps", "2", "--hardware", str(profile),
                  "--out", str(report), "--json", "-")

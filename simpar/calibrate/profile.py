@@ -46,12 +46,20 @@ def fit_line(xs, ys) -> tuple[float, float]:
 
 def fit_unit_costs(rows: list[dict], phase: str) -> list[float]:
     """[overhead of an embedding, a layer, a head, FLOP/s] fitted to ``rows`` (kind, flops, seconds)
-    by least squares, the overheads kept non-negative."""
+    by least squares with non-negative overheads: an overhead that fits below zero (noise) is
+    fixed at zero and the rest refitted without it."""
     design = np.array([[r["unit"] == k for k in UNIT_KINDS] + [r[f"{phase}_flops"]] for r in rows], dtype=float)
     seconds = np.array([r[f"{phase}_s"] for r in rows])
-    coefficients = np.linalg.lstsq(design, seconds, rcond=None)[0]
+    free = list(range(design.shape[1]))
+    while True:
+        coefficients = np.zeros(design.shape[1])
+        coefficients[free] = np.linalg.lstsq(design[:, free], seconds, rcond=None)[0]
+        negative = [i for i in free[:-1] if coefficients[i] < 0]  # the FLOP term always stays
+        if not negative:
+            break
+        free.remove(min(negative, key=lambda i: coefficients[i]))
     per_flop = max(float(coefficients[-1]), 1e-15)
-    return [max(float(c), 0.0) for c in coefficients[:-1]] + [1.0 / per_flop]
+    return [float(c) for c in coefficients[:-1]] + [1.0 / per_flop]
 
 
 def machine_id() -> dict:

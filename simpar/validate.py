@@ -3,7 +3,9 @@ strategies that the calibration never saw; a markdown + CSV report and a plot.
 
 Per case (strategy x ranks): simulated and measured step time with the relative error
 (simulated - measured) / measured, whether every rank's bytes matched exactly, whether every
-rank's model-state memory matched.
+rank's model-state memory matched. With ``repeats`` > 1 each case runs that many times and the
+median is compared; the run-to-run spread (max - min) / median is reported beside the error, since
+on a shared machine it bounds the error any model could reach.
 """
 
 from __future__ import annotations
@@ -27,25 +29,30 @@ def case_scenario(strategy: str, gpus: int, precision: str):
                          precision=precision, topology="cpu-host")
 
 
-def run_case(profile, strategy: str, gpus: int, precision: str, steps: int, timeout: float) -> dict:
-    """One case: ``profile`` (a HardwareProfile) prices it, the executor runs it."""
+def run_case(profile, strategy: str, gpus: int, precision: str, steps: int, timeout: float,
+             repeats: int = 1) -> dict:
+    """One case: ``profile`` (a HardwareProfile) prices it, the executor runs it ``repeats`` times."""
     from simpar.real.compare import comparison, run_real  # torch: only when a case runs
 
     scenario = case_scenario(strategy, gpus, precision)
     sim = simulate(scenario, topology=profile.topology(gpus, precision), serial=True).to_json()
-    real = run_real(scenario, steps, timeout=timeout)
+    runs = [run_real(scenario, steps, timeout=timeout) for _ in range(repeats)]
+    times = [r["step_time_s"] for r in runs]
+    real = runs[times.index(sorted(times)[(len(times) - 1) // 2])]  # the median run (the lower one if even)
     c = comparison(sim, real)
     bytes_exact = all(c[k]["ranks_equal"] == c[k]["ranks"] for k in ("bytes_sent", "bytes_received", "offload_bytes"))
     memory_exact = all(s["memory"][k] == r["memory"][k] for s, r in zip(sim["ranks"], real["ranks"])
                        for k in ("params", "grads", "optimizer"))
     return {"strategy": strategy, "gpus": gpus, "sim_step_s": sim["step_time_s"], "real_step_s": real["step_time_s"],
             "error": c["step_time_s"]["error"], "bytes_exact": bytes_exact, "memory_exact": memory_exact,
+            "real_runs_s": times, "spread": (max(times) - min(times)) / real["step_time_s"],
             "real_steps_s": real["ranks"][0]["step_times_s"]}
 
 
 def summary(cases: list[dict]) -> dict:
     errors = [abs(c["error"]) for c in cases]
     return {"cases": len(cases), "median_abs_error": statistics.median(errors), "max_abs_error": max(errors),
+            "median_spread": statistics.median(c.get("spread", 0.0) for c in cases),
             "bytes_exact": all(c["bytes_exact"] for c in cases), "memory_exact": all(c["memory_exact"] for c in cases)}
 
 
@@ -53,8 +60,8 @@ def write_report(path: Path, profile_path: str, cases: list[dict], result: dict)
     """The markdown report at ``path``, the CSV and the plot beside it; returns the files written."""
     csv_path, plot_path = path.with_suffix(".csv"), path.with_suffix(".png")
     with open(csv_path, "w", newline="") as handle:
-        writer = csv.DictWriter(handle, ["strategy", "gpus", "sim_step_s", "real_step_s", "error", "bytes_exact",
-                                         "memory_exact"], extrasaction="ignore")
+        writer = csv.DictWriter(handle, ["strategy", "gpus", "sim_step_s", "real_step_s", "error", "spread",
+                                         "bytes_exact", "memory_exact"], extrasaction="ignore")
         writer.writeheader()
         writer.writerows(cases)
     _plot(plot_path, cases)
@@ -62,12 +69,13 @@ def write_report(path: Path, profile_path: str, cases: list[dict], result: dict)
              f"Hardware profile: `{profile_path}` (micro-benchmarks only; no case below was used to fit it).", "",
              f"median |error| {100 * result['median_abs_error']:.1f} %, max |error| "
              f"{100 * result['max_abs_error']:.1f} %, bytes exact: {result['bytes_exact']}, "
-             f"model-state memory exact: {result['memory_exact']}", "",
-             "| strategy | ranks | simulated | measured | error | bytes exact | memory exact |",
-             "| --- | ---: | ---: | ---: | ---: | :---: | :---: |"]
+             f"model-state memory exact: {result['memory_exact']}; median run-to-run spread of the measured "
+             f"step time {100 * result['median_spread']:.1f} % (runs per case: {len(cases[0]['real_runs_s'])})", "",
+             "| strategy | ranks | simulated | measured | error | spread | bytes exact | memory exact |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | :---: | :---: |"]
     for c in cases:
         lines.append(f"| {c['strategy']} | {c['gpus']} | {1e3 * c['sim_step_s']:.1f} ms | "
-                     f"{1e3 * c['real_step_s']:.1f} ms | {100 * c['error']:+.1f} % | "
+                     f"{1e3 * c['real_step_s']:.1f} ms | {100 * c['error']:+.1f} % | {100 * c['spread']:.0f} % | "
                      f"{'yes' if c['bytes_exact'] else 'NO'} | {'yes' if c['memory_exact'] else 'NO'} |")
     lines += ["", f"![simulated against measured step time]({plot_path.name})", ""]
     path.write_text("\n".join(lines))

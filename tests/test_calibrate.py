@@ -120,10 +120,14 @@ def test_calibrate_then_validate_end_to_end(tmp_path, cli):
         assert len(fit) == 4 and all(math.isfinite(v) and v >= 0 for v in fit) and fit[-1] > 0
     report = tmp_path / "report.md"
     result = cli("validate", "--strategies", "ddp,zero3", "--gpus", "2", "--steps", "2", "--hardware", str(profile),
-                 "--out", str(report), "--json", "-")
+                 "--repeats", "2", "--out", str(report), "--json", "-")
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
     assert out["summary"]["cases"] == 2 and out["summary"]["bytes_exact"] and out["summary"]["memory_exact"]
     assert out["summary"]["max_abs_error"] == max(abs(c["error"]) for c in out["cases"])
+    for case in out["cases"]:  # two real runs; the lower of the two is the median compared
+        runs = case["real_runs_s"]
+        assert len(runs) == 2 and case["real_step_s"] == min(runs)
+        assert case["spread"] == pytest.approx((max(runs) - min(runs)) / min(runs))
     assert "| zero3 | 2 |" in report.read_text()
     assert report.with_suffix(".csv").exists() and report.with_suffix(".png").stat().st_size > 0

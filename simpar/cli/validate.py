@@ -24,6 +24,8 @@ def register(sub) -> None:
     p.add_argument("--hardware", help="hardware profile (default: this machine's, made by 'simpar calibrate' "
                                       "first if there is none)")
     p.add_argument("--steps", default="6", help="training steps per case (the first is a warm-up; default 6)")
+    p.add_argument("--repeats", default="1", help="real runs per case, their median compared (default 1; the "
+                                                   "spread between runs is reported)")
     p.add_argument("--timeout", default="600", help="seconds before a hung case is aborted (default 600)")
     p.add_argument("--out", default="validation.md", help="markdown report; .csv and .png beside it")
     add_json_flag(p, "{summary, cases}")
@@ -44,12 +46,13 @@ def run(args) -> int:
     worlds = parse_worlds(args.gpus, "--gpus")
     steps = units.positive_int(args.steps, "--steps")
     timeout = units.positive(args.timeout, "--timeout")
+    repeats = units.positive_int(args.repeats, "--repeats")
     profile_path = args.hardware or str(ensure_profile("fp32"))
     profile = HardwareProfile.load(profile_path)
     cases = []
     pairs = [(s, g) for s in strategies for g in worlds]
     for strategy, gpus in tqdm(pairs, desc="validating", unit="case", file=sys.stderr, disable=None):
-        cases.append(run_case(profile, strategy, gpus, "fp32", steps, timeout))
+        cases.append(run_case(profile, strategy, gpus, "fp32", steps, timeout, repeats))
     result = summary(cases)
     files = write_report(Path(args.out), profile_path, cases, result)
     if args.json and write_json({"summary": result, "cases": cases, "hardware": profile_path}, args.json):
@@ -57,8 +60,10 @@ def run(args) -> int:
     for c in cases:
         print(f"  {c['strategy']:<8}{c['gpus']:>3} ranks  simulated {units.human_time(c['sim_step_s']):>10}  "
               f"measured {units.human_time(c['real_step_s']):>10}  {100 * c['error']:+6.1f} %  "
+              f"spread {100 * c['spread']:3.0f} %  "
               f"bytes {'exact' if c['bytes_exact'] else 'DIFFER'}")
     print(f"median |error| {100 * result['median_abs_error']:.1f} %, max {100 * result['max_abs_error']:.1f} %, "
+          f"median run-to-run spread {100 * result['median_spread']:.1f} %, "
           f"bytes exact: {result['bytes_exact']}; report: {', '.join(str(f) for f in files)}")
     return 0
 

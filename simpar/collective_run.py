@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field
 
 import simpy
 
-from simpar.collectives import BUSBW_FACTOR, collective, expand, normalize
+from simpar.collectives import BUSBW_FACTOR, collective, expand, normalize, protocol_for
 from simpar.engine import Network
 from simpar.topologies.graph import Topology
 
@@ -24,6 +24,7 @@ class CollectiveResult:
     ranks: list[dict]
     links: list[dict]
     server: dict | None = None
+    protocol: str | None = None  # NCCL's protocol on GPU topologies (None: plain alpha-beta)
     timeline: list[dict] = field(default_factory=list)
 
     def to_json(self, timeline: bool = False) -> dict:
@@ -43,7 +44,8 @@ def simulate_collective(topology: Topology, op: str, algo: str | None, nbytes: i
     phases = expand(op, algo, topology, group, nbytes, root, peer)
     env = simpy.Environment()
     network = Network(env, topology)
-    collective(network, phases)
+    proto = protocol_for(topology, algo, phases)
+    collective(network, phases, proto=proto)
     env.run()
     elapsed = float(env.now)
     n = len(group)
@@ -58,4 +60,5 @@ def simulate_collective(topology: Topology, op: str, algo: str | None, nbytes: i
     timeline = [{"tag": r.tag, "src": r.src, "dst": r.dst, "bytes": r.nbytes, "steps": r.steps,
                  "start_s": float(r.start), "end_s": float(r.end)} for r in network.timeline]
     return CollectiveResult(op, algo, topology.name, n, int(nbytes), elapsed, algbw,
-                            algbw * BUSBW_FACTOR[op](n), ranks, links, server, timeline)
+                            algbw * BUSBW_FACTOR[op](n), ranks, links, server,
+                            proto.name if proto else None, timeline)

@@ -108,11 +108,14 @@ class Network:
         """Send ``nbytes`` from ``src`` to ``dst``; the returned event fires when they have landed."""
         return self.transfer_all([(src, dst, nbytes, steps)], tag)
 
-    def transfer_all(self, transfers, tag: str = "") -> simpy.Event:
+    def transfer_all(self, transfers, tag: str = "", latency: float | None = None,
+                     wire_fraction: float = 1.0) -> simpy.Event:
         """Start (src, dst, nbytes, steps) transfers at once; the event fires when all have landed.
 
-        Transfers with equal latency share one SimPy timeout, so a 1,000-rank phase costs a
-        handful of events rather than a process per rank.
+        ``latency`` (a protocol's, see costs/nccl.py) replaces steps x the route's hop latencies;
+        ``wire_fraction`` < 1 means the protocol's flags take the rest of the wire: the payload
+        (what is counted) streams at that fraction of the rate. Transfers with equal latency share
+        one SimPy timeout, so a 1,000-rank phase costs a handful of events rather than a process per rank.
         """
         done = self.env.event()
         by_latency: dict[float, list[_Flow]] = defaultdict(list)
@@ -135,8 +138,9 @@ class Network:
             self.sent[src] += nbytes
             self.received[dst] += nbytes
             self.channel_bytes[list(route)] += nbytes  # a route never repeats a channel
-            flow = _Flow(np.asarray(route, dtype=np.int64), float(nbytes), record, finish)
-            by_latency[steps * self.topology.route_latency(src, dst)].append(flow)
+            flow = _Flow(np.asarray(route, dtype=np.int64), nbytes / wire_fraction, record, finish)
+            delay = steps * self.topology.route_latency(src, dst) if latency is None else latency
+            by_latency[delay].append(flow)
             pending[0] += 1
         if pending[0] == 0:
             done.succeed()

@@ -43,6 +43,7 @@ class Compute(Op):
 
     phase: str
     unit: int = -1  # -1: every unit this rank holds (the optimizer step)
+    part: str = ""  # a piece of the unit where tensor parallelism cuts it (costs/kernels.py); "" all of it
     microbatch: int = 0
     flops: float = 0.0
     bytes: float = 0.0

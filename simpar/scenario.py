@@ -17,6 +17,8 @@ MODEL_PARALLEL = ("pp", "tp", "3d")
 STRATEGY_NAMES = DATA_PARALLEL + MODEL_PARALLEL
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 RECOMPUTE = ("none", "selective", "full")
+GRAD_DTYPES = ("fp32", "bf16", "fp16")
+GATHER_GRANULARITY = ("module", "layer")
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,12 @@ class StrategySpec:
     recompute: str = "none"
     flash_attention: bool = False
     overlap_comm: bool = True  # False: a rank's communication waits for its compute and the reverse
+    sequence_parallel: bool = False  # Korthikanti et al. 2022: TP all-reduces become reduce-scatter + all-gather
+    # Megatron's async TP communication in backward: a column-parallel GEMM's input-gradient all-reduce
+    # (reduce-scatter with sp) runs while its weight-gradient GEMM computes
+    tp_comm_overlap: bool = False
+    grad_accum_dtype: str | None = None  # main gradients: fp32 | bf16 | fp16 (None: the weights' dtype)
+    gather_granularity: str = "module"  # ZeRO-3: all-gather per module (DeepSpeed) or per layer
 
 
 @dataclass(frozen=True)
@@ -132,6 +140,16 @@ def _check_model_split(model: ModelSpec, spec: StrategySpec) -> None:
     if spec.virtual_stages > 1 and spec.schedule != "interleaved":
         raise SimparError("--virtual-stages: only the interleaved schedule has virtual stages "
                           "(add --schedule interleaved)")
+    if spec.grad_accum_dtype is not None and spec.grad_accum_dtype not in GRAD_DTYPES:
+        raise SimparError(f"--grad-accum-dtype: must be one of {', '.join(GRAD_DTYPES)}, got {spec.grad_accum_dtype!r}")
+    if spec.gather_granularity not in GATHER_GRANULARITY:
+        raise SimparError(f"--gather-granularity: must be one of {', '.join(GATHER_GRANULARITY)}, "
+                          f"got {spec.gather_granularity!r}")
+    if spec.sequence_parallel and spec.name not in ("tp", "3d"):
+        raise SimparError(f"--sequence-parallel: splits tensor-parallel layers; use --strategy tp or 3d, "
+                          f"not {spec.name}")
+    if spec.sequence_parallel and model.seq % spec.tp:
+        raise SimparError(f"--sequence-parallel: sequence length {model.seq} is not divisible by tp {spec.tp}")
     if spec.prefetch < 0:
         raise SimparError(f"--prefetch: must be 0 or more, got {spec.prefetch}")
     if spec.bucket_bytes < 1:

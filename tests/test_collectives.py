@@ -3,7 +3,7 @@ import simpy
 
 from simpar import SimparError, topologies
 from simpar.collective_run import simulate_collective
-from simpar.collectives import collective, expand
+from simpar.collectives import collective, expand, protocol_for
 from simpar.collectives.tree import inorder_edges
 from simpar.engine import Network
 
@@ -84,7 +84,8 @@ def test_disjoint_collectives_do_not_contend():
     env = simpy.Environment()
     net = Network(env, topo)
     for group in (node0, node1):
-        collective(net, expand("allreduce", "ring", topo, group, S))
+        phases = expand("allreduce", "ring", topo, group, S)
+        collective(net, phases, proto=protocol_for(topo, "ring", phases))
     env.run()
     assert env.now == pytest.approx(alone)
 

@@ -61,6 +61,16 @@ def register(sub) -> None:
     p.add_argument("--prefetch", default="1", help="ZeRO-3: units gathered ahead of compute (default 1)")
     p.add_argument("--recompute", default="none", help=f"activation recomputation: {', '.join(RECOMPUTE)}")
     p.add_argument("--flash-attention", action="store_true", help="attention scores are never stored")
+    p.add_argument("--sequence-parallel", action="store_true",
+                   help="tp/3d: Megatron sequence parallelism (Korthikanti et al. 2022): each TP all-reduce becomes a "
+                        "reduce-scatter + all-gather, norms and dropouts split over the TP ranks")
+    p.add_argument("--tp-comm-overlap", action="store_true",
+                   help="tp/3d: Megatron's async TP communication: the backward's input-gradient all-reduce "
+                        "(reduce-scatter with --sequence-parallel) overlaps the weight-gradient GEMM")
+    p.add_argument("--grad-accum-dtype", help="dtype of the main gradients: fp32 (Megatron; 18 bytes per parameter "
+                                              "with mixed-precision Adam), bf16 or fp16 (default: the weights')")
+    p.add_argument("--gather-granularity", default="module",
+                   help="ZeRO-3: all-gather parameters per module (DeepSpeed's default) or per layer")
     p.add_argument("--no-replay", action="store_true",
                    help="simulate every collective in full, even when a recorded one could be replayed")
     p.add_argument("--memory-timeline", action="store_true",
@@ -117,6 +127,8 @@ def scenario_and_notes(args) -> tuple[Scenario, list[str]]:
         strategy, precision, micro_batch, global_batch = ds.strategy, ds.precision, ds.micro_batch, ds.global_batch
         microbatches, optimizer, options = ds.microbatches, ds.optimizer or optimizer, ds.options
         notes += ds.report()
+    options = {"grad_accum_dtype": args.grad_accum_dtype.strip().lower() if args.grad_accum_dtype else None,
+               "gather_granularity": args.gather_granularity.strip().lower(), **options}
     options = {"bucket_bytes": units.whole_bytes(args.bucket, "--bucket"),
                "prefetch": units.positive_int(args.prefetch, "--prefetch", minimum=0), **options}
     scenario = make_scenario(
@@ -129,7 +141,8 @@ def scenario_and_notes(args) -> tuple[Scenario, list[str]]:
         algo=args.algo.strip().lower() if args.algo else None,
         schedule=args.schedule.strip().lower(),
         virtual_stages=units.positive_int(args.virtual_stages, "--virtual-stages"),
-        recompute=args.recompute.strip().lower(), flash_attention=args.flash_attention, **options)
+        recompute=args.recompute.strip().lower(), flash_attention=args.flash_attention,
+        sequence_parallel=args.sequence_parallel, tp_comm_overlap=args.tp_comm_overlap, **options)
     return scenario, notes
 
 
@@ -198,6 +211,10 @@ def print_result(scenario: Scenario, result: SimResult) -> None:
           f"{t.micro_batch} x dp {s.dp} x {scenario.microbatches} micro-batch(es)")
     print(f"\nstep time {units.human_time(result.step_time_s)}  "
           f"({t.global_batch / result.step_time_s:,.1f} samples/s, {tokens / result.step_time_s:,.0f} tokens/s)")
+    if result.flops:
+        f = result.flops
+        print(f"  model FLOP/s per GPU {f['model_flops_per_gpu_s'] / 1e12:.1f} T, MFU {100 * f['mfu']:.1f} %, "
+              f"HFU {100 * f['hfu']:.1f} % (with recomputation)")
     for part in PARTS:
         seconds = result.breakdown[part]
         if seconds > 0 or part == "compute":

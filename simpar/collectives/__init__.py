@@ -11,8 +11,9 @@ from typing import Callable
 
 import simpy
 
-from simpar.collectives import hierarchical, ring, tree, worker_server
+from simpar.collectives import hierarchical, nvls, ring, tree, worker_server
 from simpar.collectives.schedule import Phase, Transfer, chunk_sizes
+from simpar.costs import nccl
 from simpar.engine import Network
 from simpar.errors import SimparError
 from simpar.topologies.graph import Topology
@@ -51,6 +52,7 @@ OPS: dict[str, dict[str, Expansion]] = {
         "ps": lambda c: worker_server.all_reduce(c.group, c.nbytes, c.topology.server),
         "tree": lambda c: tree.all_reduce(c.group, c.nbytes),
         "hierarchical": lambda c: hierarchical.all_reduce(c.group, c.nbytes, c.topology),
+        "nvls": lambda c: nvls.all_reduce(c.group, c.nbytes, c.topology),
     },
     "reducescatter": {
         "ring": _rings(ring.reduce_scatter),
@@ -115,16 +117,54 @@ def expand(op: str, algo: str | None, topology: Topology, group: list[str], nbyt
     return OPS[op][algo](CollectiveCall(list(group), int(nbytes), topology, root, peer, itemsize))
 
 
-def collective(network: Network, phases: list[Phase], tag: str = "") -> simpy.Process:
-    """A SimPy process running the phases one after another, each phase's transfers at once."""
+def protocol_for(topology: Topology, algo: str, phases: list[Phase]) -> nccl.Protocol | None:
+    """NCCL's protocol for this call on a GPU topology (None: a textbook alpha-beta network, where
+    each step pays the route's hop latencies)."""
+    if not topology.nccl or not phases:
+        return None
+    if algo == "nvls":
+        return nccl.NVLS
+    steps: dict[str, int] = {}
+    wire_time = 0.0
+    capacity = topology.capacities
+    for phase in phases:
+        classes = [nccl.latency_class(topology.route_kinds(t.src, t.dst)) for t in phase.transfers]
+        share = {c: classes.count(c) / len(classes) for c in set(classes)}
+        n = max(t.steps for t in phase.transfers)
+        for c, fraction in share.items():
+            steps[c] = steps.get(c, 0) + n * fraction
+        wire_time += max(t.nbytes / min(capacity[list(topology.route(t.src, t.dst))]) for t in phase.transfers)
+    return nccl.choose(steps, wire_time)
+
+
+def phase_latency(topology: Topology, proto: nccl.Protocol, phase: Phase) -> float:
+    """A phase's steps, each at its edges' hardware latency: NCCL's sum over a ring's hops, with
+    the share of inter-node edges paying the network's latency."""
+    classes = [nccl.latency_class(topology.route_kinds(t.src, t.dst)) for t in phase.transfers]
+    per_step = sum(proto.step_latency[c] for c in classes) / len(classes)
+    return max(t.steps for t in phase.transfers) * per_step
+
+
+def collective(network: Network, phases: list[Phase], tag: str = "", proto: nccl.Protocol | None = None
+               ) -> simpy.Process:
+    """A SimPy process running the phases one after another, each phase's transfers at once.
+    Under an NCCL ``proto`` the call first pays its base latency, each phase its steps' latency."""
+    topology = network.topology
 
     def run():
+        if proto is not None and proto.base_latency:
+            yield network.env.timeout(proto.base_latency)
         for phase in phases:
             label = f"{tag}{phase.name}"
-            yield network.transfer_all([(t.src, t.dst, t.nbytes, t.steps) for t in phase.transfers], label)
+            transfers = [(t.src, t.dst, t.nbytes, t.steps) for t in phase.transfers]
+            if proto is None:
+                yield network.transfer_all(transfers, label)
+            else:
+                yield network.transfer_all(transfers, label, phase_latency(topology, proto, phase),
+                                           proto.wire_fraction)
 
     return network.env.process(run())
 
 
 __all__ = ["ALGO_ALIASES", "BUSBW_FACTOR", "OPS", "Phase", "Transfer", "chunk_sizes",
-           "collective", "expand", "normalize"]
+           "collective", "expand", "normalize", "phase_latency", "protocol_for"]

@@ -7,12 +7,32 @@ large-GEMM efficiency; ``simpar calibrate`` measures the real one.
 
 from __future__ import annotations
 
+import dataclasses
+
+from simpar.costs.gpu import KernelModel
 from simpar.devices.specs import GPUSpec, HostSpec, NVMeSpec
 from simpar.errors import SimparError
 
 GiB = 2**30
 TB = 10**12
 T = 1e12
+
+# How large GEMMs, streaming kernels and kernel launches fare, per device class (costs/gpu.py).
+# The efficiencies and the overhead are one fit of the whole model over the published measurements the
+# project was given (validation/published.json, sets A and B: Megatron-LM on DGX A100); SM counts
+# are the whitepapers'. GPUs without published training measurements at hand take the A100's fit.
+GEMM_EFFICIENCY = 0.70
+HBM_EFFICIENCY = 0.75
+KERNEL_OVERHEAD = 4e-6
+_FIT = "efficiencies and overhead: simpar's fit to Megatron-LM on A100 (validation/published.json)"
+
+
+def _kernels(sms: int) -> KernelModel:
+    return KernelModel(sms, GEMM_EFFICIENCY, HBM_EFFICIENCY, KERNEL_OVERHEAD, source=_FIT)
+
+
+SMS = {"v100-32gb": 80, "a100-40gb": 108, "a100-80gb": 108, "h100-sxm": 132, "h200": 132, "rtx-3090": 82,
+       "rtx-4090": 128}  # NVIDIA Volta, Ampere (GA100, GA102), Hopper (GH100 SXM5) and Ada (AD102) whitepapers
 
 GPUS: dict[str, GPUSpec] = {
     g.name: g
@@ -33,6 +53,7 @@ GPUS: dict[str, GPUSpec] = {
                 "NVIDIA Ada AD102 whitepaper (fp16 tensor with fp32 accumulate)"),
     ]
 }
+GPUS = {name: dataclasses.replace(spec, kernels=_kernels(SMS[name])) for name, spec in GPUS.items()}
 
 HOSTS: dict[str, HostSpec] = {
     h.name: h

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from simpar.costs.gpu import KernelModel
 from simpar.errors import SimparError
 
 DTYPES = ("fp32", "tf32", "fp16", "bf16")
@@ -29,6 +30,9 @@ class GPUSpec:
     # second), work being FLOPs, or parameters for the optimizer step (simpar calibrate; None for
     # datasheet GPUs). Unit kinds: embedding, layer, head.
     costs: dict | None = field(default=None, compare=False, hash=False)
+    # How it runs kernels (GEMM efficiency by shape, HBM efficiency, launch overhead): a GPU's compute
+    # is priced kernel by kernel (simpar.costs); None: a roofline over each op's FLOPs and bytes.
+    kernels: KernelModel | None = field(default=None, compare=False, hash=False)
 
     def peak_flops(self, dtype: str) -> float:
         if dtype not in DTYPES:

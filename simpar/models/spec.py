@@ -113,7 +113,7 @@ class ModelSpec:
 
     # -- activations -------------------------------------------------------------------------
     def layer_activation_bytes(self, micro_batch: int, recompute: str = "none",
-                               flash_attention: bool = False, tp: int = 1) -> float:
+                               flash_attention: bool = False, tp: int = 1, sequence_parallel: bool = False) -> float:
         """Bytes a layer keeps for backward in 16-bit training (Korthikanti et al. 2022).
 
         none: s·b·h·(34 + 5·a·s/h) for a GELU MLP of 4h; with tensor parallelism t (no sequence
@@ -122,15 +122,17 @@ class ModelSpec:
         (Q, K, V 6, attention-output input 2, the ffn-wide tensors 2 x 8). The ffn-wide share
         scales with ffn/h; SwiGLU keeps 3 ffn-wide tensors where GELU keeps 2. selective: the
         attention-score term 5·a·s²·b is recomputed (flash attention never stores it either).
-        full: only the layer input, 2·s·b·h.
+        full: only the layer input, 2·s·b·h. Sequence parallelism shards the replicated 10 (and the
+        input kept by full recomputation) over the t ranks too: s·b·h·(34/t + 5·a·s/(h·t)).
         """
         s, b, h, a = self.seq, micro_batch, self.hidden, self.heads
+        shard = tp if sequence_parallel else 1
         if recompute == "full":
-            return 2.0 * s * b * h
+            return 2.0 * s * b * h / shard
         if recompute not in ("none", "selective"):
             raise SimparError(f"--recompute: must be none, selective or full, got {recompute!r}")
         ffn_tensors = 3 if self.activation == "swiglu" else 2
         replicated = 10.0
         split = 8 + ffn_tensors * 2 * self.ffn / h
         scores = 0.0 if (recompute == "selective" or flash_attention) else 5.0 * a * s / h
-        return s * b * h * (replicated + (split + scores) / tp)
+        return s * b * h * (replicated / shard + (split + scores) / tp)

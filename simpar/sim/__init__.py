@@ -5,11 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from simpar import topologies
+from simpar.flops import utilisation
 from simpar.plan import CATEGORIES, OP_CLASSES, Plan, op_class
 from simpar.scenario import Scenario
 from simpar.sim.breakdown import PARTS, program_breakdown
 from simpar.sim.memory_check import check_memory
-from simpar.sim.runner import Simulator
+from simpar.sim.runner import COMPUTE_DTYPE, Simulator
 from simpar.strategies import build_plan
 from simpar.topologies.graph import Topology
 
@@ -25,9 +26,10 @@ class SimResult:
     memory_timeline: list[dict] = field(default_factory=list)  # per program: [(time, GPU bytes)]
     op_timeline: list[dict] = field(default_factory=list)  # per program: every op's start and end
     link_timeline: list[dict] = field(default_factory=list)  # per channel: utilisation over time (record_links)
+    flops: dict = field(default_factory=dict)  # model_flops_per_gpu_s, mfu, hfu (simpar.flops)
 
     def to_json(self, timeline: bool = False, ops: bool = False, links: bool = False) -> dict:
-        data = {"step_time_s": self.step_time_s, "breakdown": self.breakdown, "ranks": self.ranks,
+        data = {"step_time_s": self.step_time_s, **self.flops, "breakdown": self.breakdown, "ranks": self.ranks,
                 "links": self.links, "notes": self.notes}
         if self.server is not None:
             data["server"] = self.server
@@ -91,4 +93,6 @@ def simulate(scenario: Scenario, topology: Topology | None = None, plan: Plan | 
     usage = sim.network.utilisation or {}
     link_timeline = [{"name": topology.channel_name(c), "kind": topology.channel_kind(c), "points": points}
                      for c, points in sorted(usage.items())]
-    return SimResult(step_time, totals, ranks, links, server, list(plan.notes), timeline, ops, link_timeline)
+    peak = gpu.peak_flops(COMPUTE_DTYPE[scenario.train.precision])
+    return SimResult(step_time, totals, ranks, links, server, list(plan.notes), timeline, ops, link_timeline,
+                     utilisation(scenario, step_time, peak))

@@ -19,8 +19,9 @@ from collections import Counter, defaultdict
 import numpy as np
 import simpy
 
-from simpar.collectives import collective, expand
+from simpar.collectives import collective, expand, protocol_for
 from simpar.collectives.schedule import drop_empty, merge_phases
+from simpar.costs.pricing import KernelPricer
 from simpar.engine import Network
 from simpar.errors import SimparError
 from simpar.plan import (
@@ -55,6 +56,7 @@ class _CollectiveEntry:
                 self.received[t.dst] += t.nbytes
         self.calls = 0
         self.replays = 0
+        self.protocol = None
         self.duration: float | None = None
         self.channel_bytes: np.ndarray | None = None
 
@@ -73,6 +75,7 @@ class Simulator:
             raise SimparError(f"--precision: {gpu.name} has no fast {dtype}; use fp16-mixed or fp32")
         self.gpu = gpu
         self.flops_rate = gpu.flops(dtype)
+        self.kernel_pricer = KernelPricer(scenario, gpu, dtype) if gpu.kernels is not None else None
         self._machines = self._machine_nodes()
         self.done = [[self.env.event() for _ in prog.ops] for prog in plan.programs]
         self.times: list[list[tuple[float, float, float] | None]] = [[None] * len(p.ops) for p in plan.programs]
@@ -161,10 +164,12 @@ class Simulator:
             machine = self._machines[self.topology.machine(self.topology.gpus[prog.ranks[0]])]
             host = self.topology.graph.nodes[self._host_node(machine, "host")]["spec"]
             return op.params * machine["ranks"] / host.adam_params_per_s  # the host's cores are shared
+        kind = "embedding" if op.unit == 0 else "head" if op.unit == self.scenario.model.layers + 1 else "layer"
         if self.gpu.costs is not None:  # a calibrated profile: the framework's overhead, then the work
             overheads, rate = self.gpu.costs[op.phase]
-            kind = "embedding" if op.unit == 0 else "head" if op.unit == self.scenario.model.layers + 1 else "layer"
             return overheads.get(kind, 0.0) + (op.params if op.phase == "step" else op.flops) / rate
+        if self.gpu.kernels is not None:  # a GPU: the kernels the unit launches, each priced by shape
+            return self.kernel_pricer.time(kind, op)
         return max(op.flops / self.flops_rate, op.bytes / self.gpu.memory_bandwidth)
 
     def _host_node(self, machine: dict, kind: str) -> str:
@@ -192,12 +197,13 @@ class Simulator:
             phases = merge_phases(*(expand(op.op, op.algo, self.topology, [gpus[r] for r in g], op.nbytes,
                                            itemsize=op.itemsize) for g in groups))
             entry = self._entries[key] = _CollectiveEntry(drop_empty(phases))
+            entry.protocol = protocol_for(self.topology, op.algo or "ring", entry.phases)
         entry.calls += 1
         if self.replay and entry.duration is not None:
             entry.replays += 1
             return self.env.timeout(entry.duration)
         start, before = self.env.now, self.network.channel_bytes.copy()
-        process = collective(self.network, entry.phases, f"{op.payload} ")
+        process = collective(self.network, entry.phases, f"{op.payload} ", entry.protocol)
         if self.replay:
             def record(_, entry=entry):
                 entry.duration = self.env.now - start

@@ -20,7 +20,7 @@ def build(scenario: Scenario, algo: str | None = None, bucket_bytes: int | None 
     work = Work(scenario)
     prog = Program(tuple(range(spec.dp)), name="all ranks")
     phi = work.params(range(work.num_units))
-    work.static(prog, work.w * phi, work.w * phi, work.k * phi)
+    work.static(prog, work.w * phi, work.g * phi, work.k * phi)
     backward_order = list(reversed(range(work.num_units)))
     groups = buckets(work, backward_order, bucket_bytes if bucket_bytes is not None else spec.bucket_bytes)
     closes = {bucket[-1]: bucket for bucket in groups}

@@ -47,14 +47,15 @@ def build(scenario: Scenario) -> Plan:
         chunks = [stage_units(work, c * p + stage, p * v) for c in range(v)]
         held = [u for chunk in chunks for u in chunk]
         params = work.params(held)
-        work.static(prog, work.w * params, work.w * params, work.k * params / spec.dp)
+        work.static(prog, work.w * params, work.g * params, work.k * params / spec.dp)
         last = None
         for kind, mb, chunk in SCHEDULES[spec.schedule](stage, p, m, v):
             vs = chunk * p + stage
             if kind == "F":
-                last = _forward(prog, work, chunks[chunk], mb, vs, p * v, hidden_bytes, spec.tp)
+                last = _forward(prog, work, chunks[chunk], mb, vs, p * v, hidden_bytes, spec.tp, spec.sequence_parallel)
             else:
-                last = _backward(prog, work, chunks[chunk], mb, vs, hidden_bytes, spec.tp)
+                last = _backward(prog, work, chunks[chunk], mb, vs, hidden_bytes, spec.tp, spec.sequence_parallel,
+                                 spec.tp_comm_overlap and spec.tp > 1)
         if spec.dp > 1:
             _reduce_and_step(prog, work, scenario, held, last)
         else:
@@ -63,58 +64,100 @@ def build(scenario: Scenario) -> Plan:
     return Plan(spec.name, grid, programs)
 
 
-def _tp_allreduce(prog: Program, work: Work, nbytes: int, deps, payload: str) -> int:
-    return prog.add(Collective, "comm", deps, op="allreduce", group="tp", nbytes=nbytes, algo="ring",
-                    payload=payload, itemsize=work.w)
+def _tp(prog: Program, work: Work, op: str, nbytes: int, deps, payload: str, itemsize: int | None = None) -> int:
+    return prog.add(Collective, "comm", deps, op=op, group="tp", nbytes=nbytes, algo="ring", payload=payload,
+                    itemsize=itemsize or work.w)
 
 
-def _forward(prog, work, units, mb, vs, virtual_stages, hidden_bytes, tp) -> int:
-    deps = [prog.add(Recv, "recv", peer="prev", nbytes=hidden_bytes, tag=f"F mb{mb} vs{vs}",
+# A layer's pieces under tensor parallelism, each followed by its communication (costs/kernels.py
+# prices the parts). Without sequence parallelism each half ends in an all-reduce; with it the
+# sharded norm/dropout work ends in an all-gather and each half's GEMMs in a reduce-scatter.
+LAYER_PIECES = {False: (("attn", "allreduce"), ("mlp", "allreduce")),
+                True: (("attn_norm", "allgather"), ("attn_core", "reducescatter"),
+                       ("mlp_norm", "allgather"), ("mlp_core", "reducescatter"))}
+HEAD_PIECES = {False: (("", None),), True: (("norm", "allgather"), ("logits", None))}
+
+
+def _pieces(work: Work, unit: int, tp: int, sp: bool):
+    if tp == 1:
+        return (("", None),)
+    if unit == 0:  # vocabulary-parallel embedding: partial sums reduced (scattered over the sequence with sp)
+        return (("", "reducescatter" if sp else "allreduce"),)
+    if unit == work.num_units - 1:
+        return HEAD_PIECES[sp]
+    return LAYER_PIECES[sp]
+
+
+# Backward mirrors forward: an all-gather's gradient is a reduce-scatter and the reverse; an all-reduce
+# of partial outputs becomes an all-reduce of the partial input gradients at the piece's start.
+_BACKWARD_OF = {"allgather": "reducescatter", "reducescatter": "allgather", "allreduce": "allreduce"}
+
+
+def _forward(prog, work, units, mb, vs, virtual_stages, hidden_bytes, tp, sp=False) -> int:
+    deps = [prog.add(Recv, "recv", peer="prev", nbytes=hidden_bytes // (tp if sp else 1), tag=f"F mb{mb} vs{vs}",
                      microbatch=mb, units=tuple(units))] if vs > 0 else []
     for unit in units:
         u = work.units[unit]
         if u.activations:
             prog.alloc("compute", "activations", u.activations, payload=f"unit{unit} mb{mb}")
-        halves = 2 if (tp > 1 and 0 < unit < work.num_units - 1) else 1
-        for half in range(halves):  # attention, then MLP: each ends in an all-reduce under TP
-            op = prog.add(Compute, "compute", deps, phase="fwd", unit=unit, microbatch=mb,
-                          flops=u.fwd_flops / halves, bytes=u.fwd_bytes / halves)
+        pieces = _pieces(work, unit, tp, sp)
+        for part, comm in pieces:
+            op = prog.add(Compute, "compute", deps, phase="fwd", unit=unit, microbatch=mb, part=part,
+                          flops=u.fwd_flops / len(pieces), bytes=u.fwd_bytes / len(pieces))
             deps = [op]
-            if tp > 1 and unit < work.num_units - 1:
-                deps = [_tp_allreduce(prog, work, hidden_bytes, deps, f"activations unit{unit} mb{mb}")]
-            elif tp > 1:  # vocabulary-parallel cross-entropy: the logits' max, then the sums of
-                tokens = hidden_bytes // (work.w * work.hidden)  # exp and of the target's logit
-                for payload, nbytes in (("logits max", 4 * tokens), ("cross-entropy sums", 8 * tokens)):
-                    deps = [prog.add(Collective, "comm", deps, op="allreduce", group="tp", nbytes=nbytes,
-                                     algo="ring", payload=f"{payload} mb{mb}", itemsize=4)]
+            if comm:
+                deps = [_tp(prog, work, comm, hidden_bytes, deps, f"activations unit{unit} mb{mb}")]
+        if tp > 1 and unit == work.num_units - 1:  # vocabulary-parallel cross-entropy: the logits' max, then
+            tokens = hidden_bytes // (work.w * work.hidden)  # the sums of exp and of the target's logit
+            for payload, nbytes in (("logits max", 4 * tokens), ("cross-entropy sums", 8 * tokens)):
+                deps = [_tp(prog, work, "allreduce", nbytes, deps, f"{payload} mb{mb}", itemsize=4)]
     if vs < virtual_stages - 1:
-        prog.add(Send, "send", deps, peer="next", nbytes=hidden_bytes, tag=f"F mb{mb} vs{vs + 1}",
+        prog.add(Send, "send", deps, peer="next", nbytes=hidden_bytes // (tp if sp else 1), tag=f"F mb{mb} vs{vs + 1}",
                  microbatch=mb, units=tuple(units))
     return deps[0]
 
 
-def _backward(prog, work, units, mb, vs, hidden_bytes, tp) -> int:
+def _backward(prog, work, units, mb, vs, hidden_bytes, tp, sp=False, overlap=False) -> int:
     last_unit = work.num_units - 1
     deps = [] if units[-1] == last_unit else [
-        prog.add(Recv, "recv", peer="next", nbytes=hidden_bytes, tag=f"B mb{mb} vs{vs}", microbatch=mb,
-                 units=tuple(units))]
+        prog.add(Recv, "recv", peer="next", nbytes=hidden_bytes // (tp if sp else 1), tag=f"B mb{mb} vs{vs}",
+                 microbatch=mb, units=tuple(units))]
     for unit in reversed(units):
         u = work.units[unit]
         if u.recompute_temp:
             prog.alloc("compute", "temporaries", u.recompute_temp, payload=f"recompute unit{unit} mb{mb}")
-        halves = 2 if (tp > 1 and 0 < unit < last_unit) else 1
-        for half in range(halves):  # MLP then attention (or the head), each ending in an input-gradient
-            op = prog.add(Compute, "compute", deps, phase="bwd", unit=unit, microbatch=mb,  # all-reduce
-                          flops=u.bwd_flops / halves, bytes=u.bwd_bytes / halves)
+        pieces = _pieces(work, unit, tp, sp)
+        if work.recompute == "full" and 0 < unit < last_unit:  # recomputing a layer repeats its TP communication
+            for _, comm in pieces:
+                if comm:
+                    deps = [_tp(prog, work, comm, hidden_bytes, deps, f"recompute activations unit{unit} mb{mb}")]
+        layer = 0 < unit < last_unit
+        for part, comm in reversed(pieces):
+            # with sp, the gradient of the piece's output communication comes first (unless the async
+            # reduce-scatter of the previous piece already moved it)
+            if comm and comm != "allreduce" and not (overlap and layer and comm == "allgather"):
+                deps = [_tp(prog, work, _BACKWARD_OF[comm], hidden_bytes, deps, f"output grads unit{unit} mb{mb}")]
+            if overlap and layer and comm == ("reducescatter" if sp else "allreduce"):
+                # Megatron's async TP communication: the input gradient of the part's first (column-parallel)
+                # GEMM is all-reduced (reduce-scattered) while that GEMM's weight gradient computes
+                rest = prog.add(Compute, "compute", deps, phase="bwd", unit=unit, microbatch=mb, part=f"{part}/rest",
+                                flops=u.bwd_flops / len(pieces), bytes=u.bwd_bytes / len(pieces))
+                reduce = _tp(prog, work, "reducescatter" if sp else "allreduce", hidden_bytes, [rest],
+                             f"input grads unit{unit} mb{mb}")
+                deps = [reduce, prog.add(Compute, "compute", [rest], phase="bwd", unit=unit, microbatch=mb,
+                                         part=f"{part}/wgrad")]
+                continue
+            op = prog.add(Compute, "compute", deps, phase="bwd", unit=unit, microbatch=mb, part=part,
+                          flops=u.bwd_flops / len(pieces), bytes=u.bwd_bytes / len(pieces))
             deps = [op]
-            if tp > 1 and unit > 0:
-                deps = [_tp_allreduce(prog, work, hidden_bytes, deps, f"input grads unit{unit} mb{mb}")]
+            if tp > 1 and unit > 0 and not sp:  # the partial input gradient of the column-parallel GEMMs
+                deps = [_tp(prog, work, "allreduce", hidden_bytes, deps, f"input grads unit{unit} mb{mb}")]
         if u.recompute_temp:
             prog.free("compute", "temporaries", u.recompute_temp, payload=f"recompute unit{unit} mb{mb}")
         if u.activations:
             prog.free("compute", "activations", u.activations, payload=f"unit{unit} mb{mb}")
     if vs > 0:
-        prog.add(Send, "send", deps, peer="prev", nbytes=hidden_bytes, tag=f"B mb{mb} vs{vs - 1}",
+        prog.add(Send, "send", deps, peer="prev", nbytes=hidden_bytes // (tp if sp else 1), tag=f"B mb{mb} vs{vs - 1}",
                  microbatch=mb, units=tuple(units))
     return deps[0]
 
@@ -123,8 +166,8 @@ def _reduce_and_step(prog: Program, work: Work, scenario: Scenario, held: list[i
     """ZeRO-1 across the DP group: reduce-scatter the stage's gradients, step the shard, gather."""
     spec = scenario.strategy
     reductions = [prog.add(Collective, "comm", [last], op="reducescatter", group="dp",
-                           nbytes=work.w * work.params(bucket), algo=spec.algo or "ring", payload="grads",
-                           itemsize=work.w,
+                           nbytes=work.g * work.params(bucket), algo=spec.algo or "ring", payload="grads",
+                           itemsize=work.g,
                            units=bucket)
                   for bucket in buckets(work, list(reversed(held)), spec.bucket_bytes)]
     step = work.gpu_step(prog, work.params(held) // spec.dp, deps=reductions)

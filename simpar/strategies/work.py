@@ -32,9 +32,13 @@ class Work:
     def __init__(self, scenario: Scenario):
         model, train, spec = scenario.model, scenario.train, scenario.strategy
         self.w = train.weight_bytes  # bytes per weight and per gradient element
+        # main gradients (accumulated over micro-batches): fp32 in Megatron and with DeepSpeed's
+        # data_types.grad_accum_dtype fp32, which makes mixed-precision Adam 2 + 4 + 12 = 18 bytes a parameter
+        self.g = {"fp32": 4, "bf16": 2, "fp16": 2}.get(spec.grad_accum_dtype, self.w)
         self.mixed = train.mixed
         self.k = train.optimizer_bytes
         self.layers, self.hidden = model.layers, model.hidden
+        self.recompute = spec.recompute
         b, s, h, t = train.micro_batch, model.seq, model.hidden, spec.tp
         act_scale = self.w / 2  # Korthikanti's counts assume 16-bit activations
         token_bytes = s * b * h * self.w  # one hidden-state tensor of the micro-batch
@@ -42,8 +46,9 @@ class Work:
         vocab = model.vocab_per_tp_rank(t)
         embedding = UnitWork(vocab * h + model.positions * h, 0.0, 0.0,
                              2 * token_bytes, 2 * token_bytes, 0.0, 0.0)
-        kept = model.layer_activation_bytes(b, spec.recompute, spec.flash_attention, t) * act_scale
-        full = model.layer_activation_bytes(b, "none", spec.flash_attention, t) * act_scale
+        sp = spec.sequence_parallel
+        kept = model.layer_activation_bytes(b, spec.recompute, spec.flash_attention, t, sp) * act_scale
+        full = model.layer_activation_bytes(b, "none", spec.flash_attention, t, sp) * act_scale
         fwd = model.layer_forward_flops(b) / t
         extra = {"none": 0.0, "full": fwd, "selective": 4.0 * b * s * s * h / t}[spec.recompute]
         layer_params = model.layer_params_per_tp_rank(t)

@@ -22,7 +22,7 @@ def build(scenario: Scenario) -> Plan:
     n = spec.dp
     prog = Program(tuple(range(n)), name="all ranks")
     phi = work.params(range(work.num_units))
-    work.static(prog, work.w * phi, work.w * phi / (n if stage == 2 else 1), work.k * phi / n)
+    work.static(prog, work.w * phi, work.g * phi / (n if stage == 2 else 1), work.k * phi / n)
     last_reductions = reduce_gradients(prog, work, scenario, sharded_grads=stage == 2)
     step = work.gpu_step(prog, phi // n, deps=last_reductions)
     gather_parameters(prog, work, spec, step)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from simpar import devices
+from simpar.costs.nccl import LINK_EFFICIENCY
 from simpar.errors import SimparError
 from simpar.topologies.graph import Link, Topology
 
@@ -17,6 +18,7 @@ PCIE_HOP = 0.5e-6
 NVLINK_HOP = 0.5e-6
 IB_HOP = 0.6e-6
 MEMBUS_HOP = 0.1e-6
+PCIE_EFF = LINK_EFFICIENCY["pcie"]
 DGX_NODE_GPUS = 8
 NODES_PER_LEAF = 16  # DGX nodes under one leaf switch of the fabric
 
@@ -69,27 +71,27 @@ def pcie_tree(gpus: int, device: str = "a100-40gb", gpus_per_switch: int = 4, ge
     GPUs on one switch share its x16 uplink: traffic between switches, and every offload copy,
     crosses it.
     """
-    topo = Topology(name, f"{gpus} GPUs, {gpus_per_switch} per PCIe Gen{gen} switch, one root complex")
+    topo = Topology(name, f"{gpus} GPUs, {gpus_per_switch} per PCIe Gen{gen} switch, one root complex", nccl=True)
     spec = devices.gpu(device)
     root = _attach_host(topo, 0, "", "epyc-7742x2", gen)
     for s in range((gpus + gpus_per_switch - 1) // gpus_per_switch):
         switch = topo.add_node(f"pcie-sw{s}", "pcie-switch")
-        topo.connect(switch, root, Link("pcie", PCIE_X16[gen], PCIE_HOP))
+        topo.connect(switch, root, Link("pcie", PCIE_X16[gen], PCIE_HOP, efficiency=PCIE_EFF))
         for i in range(s * gpus_per_switch, min(gpus, (s + 1) * gpus_per_switch)):
             topo.add_node(f"gpu{i}", "gpu", spec=spec)
-            topo.connect(f"gpu{i}", switch, Link("pcie", PCIE_X16[gen], PCIE_HOP))
+            topo.connect(f"gpu{i}", switch, Link("pcie", PCIE_X16[gen], PCIE_HOP, efficiency=PCIE_EFF))
     return topo
 
 
 def workstation(gpus: int, device: str = "rtx-3090") -> Topology:
     """Consumer GPUs in x16 slots straight off the CPU. GeForce cards have no PCIe peer-to-peer,
     so GPU-to-GPU traffic turns around in the root complex."""
-    topo = Topology("workstation", f"{gpus}x {device} on PCIe Gen4 x16 slots, no peer-to-peer")
+    topo = Topology("workstation", f"{gpus}x {device} on PCIe Gen4 x16 slots, no peer-to-peer", nccl=True)
     spec = devices.gpu(device)
     root = _attach_host(topo, 0, "", "threadripper-3970x", 4)
     for i in range(gpus):
         topo.add_node(f"gpu{i}", "gpu", spec=spec)
-        topo.connect(f"gpu{i}", root, Link("pcie", PCIE_X16[4], PCIE_HOP))
+        topo.connect(f"gpu{i}", root, Link("pcie", PCIE_X16[4], PCIE_HOP, efficiency=PCIE_EFF))
     return topo
 
 
@@ -99,7 +101,8 @@ def nvlink_ring(gpus: int, device: str = "v100-32gb") -> Topology:
     topo = pcie_tree(gpus, device, gpus_per_switch=4, gen=3, name="nvlink-ring")
     topo.description = f"{gpus} GPUs, NVLink bridges to ring neighbours (50 GB/s), PCIe Gen3 otherwise"
     for i in range(gpus if gpus > 2 else gpus - 1):
-        topo.connect(f"gpu{i}", f"gpu{(i + 1) % gpus}", Link("nvlink", 2 * 25e9, NVLINK_HOP))
+        topo.connect(f"gpu{i}", f"gpu{(i + 1) % gpus}", Link("nvlink", 2 * 25e9, NVLINK_HOP,
+                                                                  efficiency=LINK_EFFICIENCY["nvlink3"]))
     return topo
 
 
@@ -111,7 +114,8 @@ def nvlink_full(gpus: int, device: str = "a100-40gb") -> Topology:
     topo.description = f"{gpus} GPUs, all pairs on NVLink ({per_pair / 1e9:g} GB/s per pair), PCIe Gen4 to host"
     for i in range(gpus):
         for j in range(i + 1, gpus):
-            topo.connect(f"gpu{i}", f"gpu{j}", Link("nvlink", per_pair, NVLINK_HOP))
+            topo.connect(f"gpu{i}", f"gpu{j}", Link("nvlink", per_pair, NVLINK_HOP,
+                                                        efficiency=LINK_EFFICIENCY["nvlink3"]))
     return topo
 
 
@@ -122,11 +126,14 @@ class _DGX:
     nvswitch_bw: float  # per GPU per direction
     pcie_gen: int
     nic_bw: float  # per NIC per direction
+    nvlink: str  # link class (costs/nccl.py LINK_EFFICIENCY)
+    ib: str
+    nvls: bool  # NVSwitch reduces in the switch (NVLink SHARP)
 
 
 _DGX_MODELS = {
-    "dgx-a100": _DGX("a100-80gb", "epyc-7742x2", 300e9, 4, 25e9),  # 8x HDR 200 Gb/s
-    "dgx-h100": _DGX("h100-sxm", "xeon-8480x2", 450e9, 5, 50e9),  # 8x NDR 400 Gb/s
+    "dgx-a100": _DGX("a100-80gb", "epyc-7742x2", 300e9, 4, 25e9, "nvlink3", "ib-hdr", False),  # 8x HDR 200 Gb/s
+    "dgx-h100": _DGX("h100-sxm", "xeon-8480x2", 450e9, 5, 50e9, "nvlink4", "ib-ndr", True),  # 8x NDR 400 Gb/s
 }
 
 
@@ -144,7 +151,9 @@ def dgx_cluster(gpus: int, model: str) -> Topology:
     nodes = max(1, gpus // DGX_NODE_GPUS)
     per_node = min(gpus, DGX_NODE_GPUS)
     topo = Topology(model, f"{nodes} node(s) x {per_node} {m.device}, NVSwitch inside, "
-                           f"{m.nic_bw * 8 / 1e9:g} Gb/s InfiniBand NIC per GPU between nodes")
+                           f"{m.nic_bw * 8 / 1e9:g} Gb/s InfiniBand NIC per GPU between nodes", nccl=True,
+                    nvls=m.nvls)
+    ib_eff, nvlink_eff = LINK_EFFICIENCY[m.ib], LINK_EFFICIENCY[m.nvlink]
     spec = devices.gpu(m.device)
     leaves = (nodes + NODES_PER_LEAF - 1) // NODES_PER_LEAF
     if nodes > 1:
@@ -154,22 +163,23 @@ def dgx_cluster(gpus: int, model: str) -> Topology:
             under = min(NODES_PER_LEAF, nodes - leaf * NODES_PER_LEAF)
             if leaves > 1:
                 topo.connect(f"ib-leaf{leaf}", "ib-core",
-                             Link("ib", under * per_node * m.nic_bw, IB_HOP))
+                             Link("ib", under * per_node * m.nic_bw, IB_HOP, efficiency=ib_eff))
     for node in range(nodes):
         p = f"n{node}."
         root = _attach_host(topo, node, p, m.host, m.pcie_gen, "nvme-raid-dgx")
         nvswitch = topo.add_node(f"{p}nvswitch", "nvswitch", node)
         for s in range((per_node + 1) // 2):
             topo.add_node(f"{p}pcie-sw{s}", "pcie-switch", node)
-            topo.connect(f"{p}pcie-sw{s}", root, Link("pcie", PCIE_X16[m.pcie_gen], PCIE_HOP))
+            topo.connect(f"{p}pcie-sw{s}", root, Link("pcie", PCIE_X16[m.pcie_gen], PCIE_HOP, efficiency=PCIE_EFF))
         for i in range(per_node):
             gpu = topo.add_node(f"{p}gpu{i}", "gpu", node, spec)
-            topo.connect(gpu, nvswitch, Link("nvlink", m.nvswitch_bw, NVLINK_HOP))
-            topo.connect(gpu, f"{p}pcie-sw{i // 2}", Link("pcie", PCIE_X16[m.pcie_gen], PCIE_HOP))
+            topo.connect(gpu, nvswitch, Link("nvlink", m.nvswitch_bw, NVLINK_HOP, efficiency=nvlink_eff))
+            topo.connect(gpu, f"{p}pcie-sw{i // 2}", Link("pcie", PCIE_X16[m.pcie_gen], PCIE_HOP, efficiency=PCIE_EFF))
             if nodes > 1:
                 nic = topo.add_node(f"{p}nic{i}", "nic", node, affinity=gpu)
-                topo.connect(nic, f"{p}pcie-sw{i // 2}", Link("pcie", PCIE_X16[m.pcie_gen], PCIE_HOP))
-                topo.connect(nic, f"ib-leaf{node // NODES_PER_LEAF}", Link("ib", m.nic_bw, IB_HOP))
+                topo.connect(nic, f"{p}pcie-sw{i // 2}", Link("pcie", PCIE_X16[m.pcie_gen], PCIE_HOP,
+                                                               efficiency=PCIE_EFF))
+                topo.connect(nic, f"ib-leaf{node // NODES_PER_LEAF}", Link("ib", m.nic_bw, IB_HOP, efficiency=ib_eff))
     return topo
 
 

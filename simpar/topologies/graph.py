@@ -34,6 +34,7 @@ class Link:
     bandwidth: float  # bytes/s from the first endpoint to the second
     latency: float  # seconds per hop
     reverse_bandwidth: float | None = None
+    efficiency: float = 1.0  # achieved fraction of the wire rate (costs/nccl.py LINK_EFFICIENCY)
 
     def rate(self, forward: bool) -> float:
         if forward or self.reverse_bandwidth is None:
@@ -44,8 +45,13 @@ class Link:
 class Topology:
     """Nodes (GPUs, switches, NICs, hosts...) and links, plus the rank order of the GPUs."""
 
-    def __init__(self, name: str, description: str = "", gpus_forward: bool = False):
+    def __init__(self, name: str, description: str = "", gpus_forward: bool = False, nccl: bool = False,
+                 nvls: bool = False):
         self.name = name
+        # GPUs talking through NCCL: collectives pay its protocols' latencies (costs/nccl.py); False for
+        # the textbook alpha-beta networks (ring, star) and the CPU ranks of the executor
+        self.nccl = nccl
+        self.nvls = nvls  # NVSwitches that reduce in the switch (NVLink SHARP, H100)
         self.gpus_forward = gpus_forward  # GPUs may relay traffic (a ring network of routers)
         self.description = description
         self.graph = nx.Graph()
@@ -81,7 +87,7 @@ class Topology:
         for src, dst, forward in ((a, b, True), (b, a, False)):
             self._channel_ids[(src, dst)] = len(self._channels)
             self._channels.append((src, dst))
-            self._capacity.append(link.rate(forward))
+            self._capacity.append(link.rate(forward) * link.efficiency)
             self._latency.append(link.latency)
             self._kind.append(link.kind)
 
@@ -104,6 +110,9 @@ class Topology:
     def machine(self, node: str) -> int | None:
         """Index of the server box (DGX node, workstation...) the node sits in."""
         return self.graph.nodes[node]["machine"]
+
+    def route_kinds(self, src: str, dst: str) -> tuple[str, ...]:
+        return tuple(self._kind[c] for c in self.route(src, dst))
 
     def _route_latency(self, src: str, dst: str) -> float:
         return float(sum(self._latency[c] for c in self.route(src, dst)))

@@ -1,0 +1,32 @@
+"""Model and hardware FLOPs of a training step, as Megatron-LM and DeepSpeed logs report them.
+
+Model FLOPs count one forward (2 per multiply-add of every weight matrix, plus attention's QK^T and
+AV in full) and a backward of twice that, whatever the implementation recomputes:
+    3 · B · (L · (2·s·P_layer + 4·s²·h) + 2·s·V·h)
+with P_layer the layer's weight-matrix elements; for a GPT with a 4h GELU MLP this is Narayanan et
+al.'s 72·B·s·L·h²·(1 + s/6h + V/12hL), and it holds as written for GQA and SwiGLU. Hardware FLOPs
+add what recomputation runs again: the layers' forward (full) or attention's QK^T and AV
+(selective). MFU / HFU divide the per-GPU rate by the dtype's dense peak.
+"""
+
+from __future__ import annotations
+
+from simpar.scenario import Scenario
+
+
+def model_flops(scenario: Scenario) -> float:
+    m, batch = scenario.model, scenario.train.global_batch
+    return 3.0 * batch * (m.layers * m.layer_forward_flops(1) + m.head_forward_flops(1))
+
+
+def hardware_flops(scenario: Scenario) -> float:
+    m, batch, recompute = scenario.model, scenario.train.global_batch, scenario.strategy.recompute
+    extra = {"none": 0.0, "full": m.layer_forward_flops(1), "selective": 4.0 * m.seq**2 * m.hidden}[recompute]
+    return model_flops(scenario) + batch * m.layers * extra
+
+
+def utilisation(scenario: Scenario, step_time: float, peak: float) -> dict:
+    gpus = scenario.cluster.gpus
+    per_gpu = model_flops(scenario) / (step_time * gpus)
+    return {"model_flops_per_gpu_s": per_gpu, "mfu": per_gpu / peak,
+            "hfu": hardware_flops(scenario) / (step_time * gpus) / peak}

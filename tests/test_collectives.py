@@ -4,6 +4,7 @@ import simpy
 from simpar import SimparError, topologies
 from simpar.collective_run import simulate_collective
 from simpar.collectives import collective, expand, protocol_for
+from simpar.costs import nccl
 from simpar.collectives.tree import inorder_edges
 from simpar.engine import Network
 
@@ -131,7 +132,11 @@ def test_rooted_collectives_reach_every_rank(op, algo):
 def test_p2p_moves_bytes_between_two_ranks_only():
     result = simulate_collective(topologies.build("nvlink-full", 4), "p2p", None, S, root=1, peer=2)
     assert [(r["bytes_sent"], r["bytes_received"]) for r in result.ranks] == [(0, 0), (S, 0), (0, S), (0, 0)]
-    assert result.time_s == pytest.approx(0.5e-6 + S / 100e9)
+    # NCCL on GPUs: Simple protocol's base and NVLink step latency, NVLink3 at its achieved fraction
+    simple = nccl.protocol("Simple")
+    assert result.protocol == "Simple"
+    assert result.time_s == pytest.approx(simple.base_latency + simple.step_latency["nvlink"]
+                                          + S / (100e9 * nccl.LINK_EFFICIENCY["nvlink3"]))
 
 
 @pytest.mark.parametrize("op, algo, message", [

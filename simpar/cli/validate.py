@@ -28,11 +28,43 @@ def register(sub) -> None:
                                                    "spread between runs is reported)")
     p.add_argument("--timeout", default="600", help="seconds before a hung case is aborted (default 600)")
     p.add_argument("--out", default="validation.md", help="markdown report; .csv and .png beside it")
-    add_json_flag(p, "{summary, cases}")
+    p.add_argument("--published", nargs="?", const="", metavar="FILE",
+                   help="instead: simulate the published measurements of real GPU runs (validation/published.json, "
+                        "or FILE) and print simulated beside measured; sets A-C summarised, D apart")
+    add_json_flag(p, "{summary, cases} (with --published: also summary_apart for set D)")
     p.set_defaults(handler=run)
 
 
+def run_published(args) -> int:
+    from tqdm import tqdm
+
+    from simpar.published import REFEREE_SETS, load, run_case, summary
+
+    cases = load(args.published or None)
+    rows = [run_case(c) for c in tqdm(cases, desc="published", unit="case", file=sys.stderr, disable=None)]
+    apart = sorted({r["set"] for r in rows} - set(REFEREE_SETS))
+    result = {"summary": summary(rows), "summary_apart": {s: summary(rows, (s,)) for s in apart},
+              "cases": [{k: r.get(k) for k in ("id", "set", "source", "quantity", "measured", "simulated", "error",
+                                                  "skipped") if k in r} for r in rows]}
+    if args.json and write_json(result, args.json):
+        return 0
+    for r in rows:
+        if "skipped" in r:
+            print(f"  {r['id']:<44} skipped: {r['skipped']}")
+        else:
+            print(f"  {r['id']:<44} {r['quantity']:<18} measured {r['measured']:>8.4g}  simulated "
+                  f"{r['simulated']:>8.4g}  {100 * r['error']:+6.1f} %")
+    for label, s in [("sets " + "-".join((REFEREE_SETS[0], REFEREE_SETS[-1])), result["summary"])] + \
+            [(f"set {k} (reported apart)", v) for k, v in result["summary_apart"].items()]:
+        if s["cases"]:
+            print(f"{label}: {s['cases']} cases, mean |error| {100 * s['mean_abs_error']:.1f} %, "
+                  f"max {100 * s['max_abs_error']:.1f} %, skipped {len(s['skipped'])}")
+    return 0
+
+
 def run(args) -> int:
+    if args.published is not None:
+        return run_published(args)
     from tqdm import tqdm
 
     from simpar.calibrate.profile import HardwareProfile

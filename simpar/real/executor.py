@@ -45,6 +45,13 @@ def check_supported(scenario: Scenario) -> None:
         raise SimparError("--precision: the executor runs zero3-infinity in fp32 only")
     if spec.algo not in (None, "ring", "ps"):
         raise SimparError(f"--algo: the executor performs ring and ps (Worker-Server) collectives, not {spec.algo}")
+    if spec.sequence_parallel:
+        raise SimparError("--sequence-parallel: the simulator models it; the executor does not perform it yet")
+    if spec.tp_comm_overlap:
+        raise SimparError("--tp-comm-overlap: the executor runs ops one at a time; leave it out with --compare-real")
+    if spec.grad_accum_dtype not in (None, {4: "fp32", 2: scenario.train.precision[:4]}[scenario.train.weight_bytes]):
+        raise SimparError(f"--grad-accum-dtype: the executor keeps gradients in the weights' dtype, not "
+                          f"{spec.grad_accum_dtype}")
     if spec.recompute == "selective" or (spec.recompute == "full" and spec.tp > 1):
         raise SimparError("--recompute: the executor recomputes whole layers (full) without tensor parallelism "
                           "only")

@@ -31,7 +31,7 @@ NOT_MODELLED = {
     "gradient_predivide_factor", "sparse_gradients", "dump_state", "communication_data_type",
     "seq_parallel_communication_data_type",
     "activation_checkpointing", "flops_profiler", "tensorboard", "wandb", "csv_monitor", "comms_logger",
-    "zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer", "amp", "data_types", "checkpoint",
+    "zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer", "amp", "checkpoint",
     "elasticity", "aio", "memory_breakdown", "autotuning", "compression_training", "data_efficiency",
     "pipeline", "moe", "curriculum_learning", "train_batch_size_per_gpu", "load_universal_checkpoint",
 }
@@ -45,7 +45,7 @@ ZERO_NOT_MODELLED = {
 }
 REASONS = {"allgather_bucket_size": "simpar gathers updated parameters in the reduce buckets"}
 TOP_LEVEL = {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
-             "zero_optimization", "fp16", "bf16", "optimizer"}
+             "zero_optimization", "fp16", "bf16", "optimizer", "data_types"}
 ZERO_READ = {"stage", "offload_optimizer", "offload_param", "reduce_bucket_size", "overlap_comm",
              "stage3_prefetch_bucket_size"}
 OPTIMIZER_TYPES = {"adam": "adam", "adamw": "adamw", "fusedadam": "adam", "cpuadam": "adam",
@@ -201,6 +201,14 @@ def read_config(config: dict, model: ModelSpec, dp: int, precision_flag: str | N
     overlap = _value(zero, "overlap_comm", "zero_optimization.", kind=bool, auto=None)
     if overlap is not None:
         options["overlap_comm"] = overlap
+    types = config.get("data_types", {})
+    if not isinstance(types, dict):
+        raise SimparError("--deepspeed: data_types must be an object")
+    accum = types.get("grad_accum_dtype")
+    if accum is not None:  # DeepSpeed's names: fp32, fp16, bf16
+        if str(accum).lower() not in ("fp32", "fp16", "bf16"):
+            raise SimparError(f"--deepspeed: data_types.grad_accum_dtype {accum!r}: must be fp32, fp16 or bf16")
+        options["grad_accum_dtype"] = str(accum).lower()
 
     optimizer = None
     section = config.get("optimizer")

@@ -18,7 +18,6 @@ STRATEGY_NAMES = DATA_PARALLEL + MODEL_PARALLEL
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 RECOMPUTE = ("none", "selective", "full")
 GRAD_DTYPES = ("fp32", "bf16", "fp16")
-GATHER_GRANULARITY = ("module", "layer")
 
 
 @dataclass(frozen=True)
@@ -40,7 +39,6 @@ class StrategySpec:
     # (reduce-scatter with sp) runs while its weight-gradient GEMM computes
     tp_comm_overlap: bool = False
     grad_accum_dtype: str | None = None  # main gradients: fp32 | bf16 | fp16 (None: the weights' dtype)
-    gather_granularity: str = "module"  # ZeRO-3: all-gather per module (DeepSpeed) or per layer
 
 
 @dataclass(frozen=True)
@@ -142,9 +140,6 @@ def _check_model_split(model: ModelSpec, spec: StrategySpec) -> None:
                           "(add --schedule interleaved)")
     if spec.grad_accum_dtype is not None and spec.grad_accum_dtype not in GRAD_DTYPES:
         raise SimparError(f"--grad-accum-dtype: must be one of {', '.join(GRAD_DTYPES)}, got {spec.grad_accum_dtype!r}")
-    if spec.gather_granularity not in GATHER_GRANULARITY:
-        raise SimparError(f"--gather-granularity: must be one of {', '.join(GATHER_GRANULARITY)}, "
-                          f"got {spec.gather_granularity!r}")
     if spec.sequence_parallel and spec.name not in ("tp", "3d"):
         raise SimparError(f"--sequence-parallel: splits tensor-parallel layers; use --strategy tp or 3d, "
                           f"not {spec.name}")

@@ -200,3 +200,16 @@ def test_published_file_names_every_source():
     cases = published.load()
     assert {c["set"] for c in cases} == {"A", "B", "C", "D"}
     assert all(c["source"] and c["quantity"] in published.QUANTITIES and c["measured"] > 0 for c in cases)
+
+
+def test_deepspeed_grad_accum_dtype_is_read(tmp_path, capsys):
+    config = tmp_path / "ds.json"
+    config.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+                                  "zero_optimization": {"stage": 2}, "data_types": {"grad_accum_dtype": "fp32"}}))
+    assert main(["run", "--deepspeed", str(config), "--gpus", "8", "--model", "gpt2", "--json", "-"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["scenario"]["strategy"]["grad_accum_dtype"] == "fp32"
+    assert not any("data_types" in line for line in out["inputs"])  # read, not listed as unmodelled
+    config.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "data_types": {"grad_accum_dtype": "fp8"}}))
+    assert main(["run", "--deepspeed", str(config), "--gpus", "8"]) == 2
+    assert "data_types.grad_accum_dtype" in capsys.readouterr().err

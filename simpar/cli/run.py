@@ -69,8 +69,7 @@ def register(sub) -> None:
                         "(reduce-scatter with --sequence-parallel) overlaps the weight-gradient GEMM")
     p.add_argument("--grad-accum-dtype", help="dtype of the main gradients: fp32 (Megatron; 18 bytes per parameter "
                                               "with mixed-precision Adam), bf16 or fp16 (default: the weights')")
-    p.add_argument("--gather-granularity", default="module",
-                   help="ZeRO-3: all-gather parameters per module (DeepSpeed's default) or per layer")
+
     p.add_argument("--no-replay", action="store_true",
                    help="simulate every collective in full, even when a recorded one could be replayed")
     p.add_argument("--memory-timeline", action="store_true",
@@ -128,7 +127,7 @@ def scenario_and_notes(args) -> tuple[Scenario, list[str]]:
         microbatches, optimizer, options = ds.microbatches, ds.optimizer or optimizer, ds.options
         notes += ds.report()
     options = {"grad_accum_dtype": args.grad_accum_dtype.strip().lower() if args.grad_accum_dtype else None,
-               "gather_granularity": args.gather_granularity.strip().lower(), **options}
+               **options}
     options = {"bucket_bytes": units.whole_bytes(args.bucket, "--bucket"),
                "prefetch": units.positive_int(args.prefetch, "--prefetch", minimum=0), **options}
     scenario = make_scenario(

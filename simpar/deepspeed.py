@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from simpar.errors import SimparError
 from simpar.models.spec import ModelSpec
+from simpar.scenario import GRAD_DTYPES
 
 # DeepSpeed keys that do not change step time or memory in simpar's model (or are not modelled);
 # they are listed back to the user, never dropped silently.
@@ -206,7 +207,7 @@ def read_config(config: dict, model: ModelSpec, dp: int, precision_flag: str | N
         raise SimparError("--deepspeed: data_types must be an object")
     accum = types.get("grad_accum_dtype")
     if accum is not None:  # DeepSpeed's names: fp32, fp16, bf16
-        if str(accum).lower() not in ("fp32", "fp16", "bf16"):
+        if str(accum).lower() not in GRAD_DTYPES:
             raise SimparError(f"--deepspeed: data_types.grad_accum_dtype {accum!r}: must be fp32, fp16 or bf16")
         options["grad_accum_dtype"] = str(accum).lower()
 

@@ -25,7 +25,10 @@ def hardware_flops(scenario: Scenario) -> float:
     return model_flops(scenario) + batch * m.layers * extra
 
 
-def utilisation(scenario: Scenario, step_time: float, peak: float) -> dict:
+def utilisation(scenario: Scenario, step_time: float, topology) -> dict:
+    """Per GPU, against the dense peak of ``topology``'s GPU in the training's compute dtype."""
+    gpu = topology.graph.nodes[topology.gpus[0]]["spec"]
+    peak = gpu.peak_flops(scenario.train.compute_dtype)
     gpus = scenario.cluster.gpus
     per_gpu = model_flops(scenario) / (step_time * gpus)
     return {"model_flops_per_gpu_s": per_gpu, "mfu": per_gpu / peak,

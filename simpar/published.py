@@ -21,9 +21,11 @@ from pathlib import Path
 from simpar import topologies
 from simpar.collective_run import simulate_collective
 from simpar.errors import SimparError
+from simpar.flops import model_flops
 from simpar.models import ModelSpec
 from simpar.plan import Compute
 from simpar.scenario import make_scenario
+from simpar.search import extrapolate, extrapolation_points
 from simpar.sim.runner import Simulator
 from simpar.strategies import build_plan
 
@@ -45,11 +47,8 @@ def load(path: str | Path | None = None) -> list[dict]:
 
 
 def _scenario(case: dict, microbatches: int | None = None):
-    m, lay = case["model"], case["layout"]
-    model = ModelSpec(m["name"], m["layers"], m["hidden"], m["heads"], m["ffn"], m["vocab"], m["seq"],
-                      kv_heads=m.get("kv_heads"), activation=m.get("activation", "gelu"),
-                      norm=m.get("norm", "layernorm"), tied_embeddings=m.get("tied_embeddings", True),
-                      bias=m.get("bias", True))
+    lay = case["layout"]
+    model = ModelSpec(**case["model"])  # the entry's keys are ModelSpec's fields
     dp = lay["gpus"] // (lay["tp"] * lay["pp"])
     batch = case["batch"] if microbatches is None else case["micro_batch"] * dp * microbatches
     return make_scenario(model, "3d", lay["gpus"], topology=case["hardware"], micro_batch=case["micro_batch"],
@@ -72,10 +71,9 @@ def _run(scenario, replay=True) -> Simulator:
 def step_time(case: dict) -> float:
     scenario = _scenario(case)
     p, m = scenario.strategy.pp, scenario.microbatches
-    if p == 1 or m <= 2 * p:
-        return float(_run(scenario).env.now)
-    short, longer = (float(_run(_scenario(case, k), replay="always").env.now) for k in (p, 2 * p))
-    return longer + (m - 2 * p) * (longer - short) / p
+    points = extrapolation_points(m, p)
+    replay = True if points == [m] else "always"
+    return extrapolate([float(_run(_scenario(case, k), replay=replay).env.now) for k in points], m, p)
 
 
 def layer_time(case: dict, phase: str) -> float:
@@ -108,7 +106,6 @@ def simulate_case(case: dict) -> float:
             s, h, l, v = m["seq"], m["hidden"], m["layers"], m["vocab"]
             flops = 96.0 * batch * s * l * h * h * (1 + s / (6 * h) + v / (16 * l * h))
         else:
-            from simpar.flops import model_flops
             flops = model_flops(_scenario(case))
         return flops / (t * lay["gpus"]) / 1e12
     raise SimparError(f"quantity: unknown {q!r}; choose from {', '.join(QUANTITIES)}")

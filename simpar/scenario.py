@@ -17,7 +17,8 @@ MODEL_PARALLEL = ("pp", "tp", "3d")
 STRATEGY_NAMES = DATA_PARALLEL + MODEL_PARALLEL
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 RECOMPUTE = ("none", "selective", "full")
-GRAD_DTYPES = ("fp32", "bf16", "fp16")
+GRAD_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}  # --grad-accum-dtype -> bytes per main-gradient element
+GRAD_DTYPES = tuple(GRAD_BYTES)
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,11 @@ class Scenario:
     train: TrainSpec
     strategy: StrategySpec
     cluster: ClusterSpec = field(default_factory=ClusterSpec)
+
+    @property
+    def grad_bytes(self) -> int:
+        """Bytes per main-gradient element: the --grad-accum-dtype's, else the weights'."""
+        return GRAD_BYTES.get(self.strategy.grad_accum_dtype, self.train.weight_bytes)
 
     @property
     def microbatches(self) -> int:

@@ -33,6 +33,11 @@ class TrainSpec:
         return self.precision != "fp32"
 
     @property
+    def compute_dtype(self) -> str:
+        """The dtype the GPU's matrix units run (and whose peak MFU is measured against)."""
+        return {"bf16-mixed": "bf16", "fp16-mixed": "fp16", "fp32": "fp32"}[self.precision]
+
+    @property
     def weight_bytes(self) -> int:
         """Bytes per parameter of the weights the forward pass reads (and of their gradients)."""
         return 2 if self.mixed else 4

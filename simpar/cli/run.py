@@ -69,7 +69,6 @@ def register(sub) -> None:
                         "(reduce-scatter with --sequence-parallel) overlaps the weight-gradient GEMM")
     p.add_argument("--grad-accum-dtype", help="dtype of the main gradients: fp32 (Megatron; 18 bytes per parameter "
                                               "with mixed-precision Adam), bf16 or fp16 (default: the weights')")
-
     p.add_argument("--no-replay", action="store_true",
                    help="simulate every collective in full, even when a recorded one could be replayed")
     p.add_argument("--memory-timeline", action="store_true",
@@ -126,10 +125,10 @@ def scenario_and_notes(args) -> tuple[Scenario, list[str]]:
         strategy, precision, micro_batch, global_batch = ds.strategy, ds.precision, ds.micro_batch, ds.global_batch
         microbatches, optimizer, options = ds.microbatches, ds.optimizer or optimizer, ds.options
         notes += ds.report()
-    options = {"grad_accum_dtype": args.grad_accum_dtype.strip().lower() if args.grad_accum_dtype else None,
-               **options}
     options = {"bucket_bytes": units.whole_bytes(args.bucket, "--bucket"),
-               "prefetch": units.positive_int(args.prefetch, "--prefetch", minimum=0), **options}
+               "prefetch": units.positive_int(args.prefetch, "--prefetch", minimum=0),
+               "grad_accum_dtype": args.grad_accum_dtype.strip().lower() if args.grad_accum_dtype else None,
+               **options}
     scenario = make_scenario(
         spec, strategy, gpus, topology="cpu-host" if compare else args.topology or "dgx-a100",
         micro_batch=micro_batch or 1, global_batch=global_batch, microbatches=microbatches,

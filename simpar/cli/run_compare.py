@@ -12,6 +12,7 @@ from simpar import units
 from simpar.cli import write_json
 from simpar.calibrate import default_path
 from simpar.calibrate.profile import HardwareProfile
+from simpar.flops import utilisation
 from simpar.cli.run import scenario_json, write_figures
 from simpar.errors import SimparError
 from simpar.plan import OP_CLASSES
@@ -71,6 +72,8 @@ def report(args, scenario: Scenario, real: dict, backend: str, notes: list[str])
     simulated = simulate(scenario, topology=topology, replay=not args.no_replay, serial=True,
                          record_links=bool(args.trace))
     sim = simulated.to_json(timeline=args.memory_timeline, ops=args.op_timeline)
+    # the measured step's model FLOP/s and MFU, against the peak of the device the simulator gave the ranks
+    real = {**real, **utilisation(scenario, real["step_time_s"], topology)}
     result = {"scenario": scenario_json(scenario), "inputs": notes, "profile": note, "sim": sim, "real": real,
               "comparison": comparison(sim, real)}
     wrote = write_figures(args, scenario, {**result, "sim": simulated.to_json(timeline=True, ops=True, links=True)})

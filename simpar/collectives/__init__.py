@@ -117,32 +117,27 @@ def expand(op: str, algo: str | None, topology: Topology, group: list[str], nbyt
     return OPS[op][algo](CollectiveCall(list(group), int(nbytes), topology, root, peer, itemsize))
 
 
-def protocol_for(topology: Topology, algo: str, phases: list[Phase]) -> nccl.Protocol | None:
-    """NCCL's protocol for this call on a GPU topology (None: a textbook alpha-beta network, where
-    each step pays the route's hop latencies)."""
-    if not topology.nccl or not phases:
-        return None
-    if algo == "nvls":
-        return nccl.NVLS
-    steps: dict[str, int] = {}
-    wire_time = 0.0
-    capacity = topology.capacities
-    for phase in phases:
-        classes = [nccl.latency_class(topology.route_kinds(t.src, t.dst)) for t in phase.transfers]
-        share = {c: classes.count(c) / len(classes) for c in set(classes)}
-        n = max(t.steps for t in phase.transfers)
-        for c, fraction in share.items():
-            steps[c] = steps.get(c, 0) + n * fraction
-        wire_time += max(t.nbytes / min(capacity[list(topology.route(t.src, t.dst))]) for t in phase.transfers)
-    return nccl.choose(steps, wire_time)
-
-
 def phase_latency(topology: Topology, proto: nccl.Protocol, phase: Phase) -> float:
     """A phase's steps, each at its edges' hardware latency: NCCL's sum over a ring's hops, with
     the share of inter-node edges paying the network's latency."""
     classes = [nccl.latency_class(topology.route_kinds(t.src, t.dst)) for t in phase.transfers]
     per_step = sum(proto.step_latency[c] for c in classes) / len(classes)
     return max(t.steps for t in phase.transfers) * per_step
+
+
+def protocol_for(topology: Topology, algo: str, phases: list[Phase]) -> nccl.Protocol | None:
+    """NCCL's protocol for this call on a GPU topology, the one its cost model finds fastest: base
+    latency + the phases' step latencies + the bytes over the slowest links at the protocol's share
+    of the wire (None: a textbook alpha-beta network, where each step pays the route's hop latencies)."""
+    if not topology.nccl or not phases:
+        return None
+    if algo == "nvls":
+        return nccl.NVLS
+    capacity = topology.capacities
+    wire_time = sum(max(t.nbytes / min(capacity[list(topology.route(t.src, t.dst))]) for t in phase.transfers)
+                    for phase in phases)
+    return min(nccl.PROTOCOLS, key=lambda p: p.base_latency + wire_time / p.wire_fraction
+               + sum(phase_latency(topology, p, phase) for phase in phases))
 
 
 def collective(network: Network, phases: list[Phase], tag: str = "", proto: nccl.Protocol | None = None

@@ -72,7 +72,6 @@ class Gemm:
 class MemoryBound:
     name: str
     bytes: float
-    flops: float = 0.0
 
 
 Kernel = Gemm | MemoryBound

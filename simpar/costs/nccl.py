@@ -37,7 +37,6 @@ LINK_EFFICIENCY = {
 # S (1 + 1/N) bytes each way at 479 / (2 (N-1) / (N+1)) = 308 GB/s of NVLink4's 450.
 NVLS_EFFICIENCY = 479 / (2 * 7 / 9) / 450  # N = 8: busbw / (2 (N-1) / (N+1)) / wire rate
 
-PROTOCOLS = ("LL", "LL128", "Simple")
 # tuning.cc: base latency (us) of the ring algorithm per protocol, and per-step hardware latency
 # (us) per link class; LL128 and LL use 120/128 and 1/2 of the bandwidth.
 BASE_LATENCY_US = {"LL": 6.6, "LL128": 14.0, "Simple": 8.4}
@@ -73,15 +72,9 @@ def protocol(name: str) -> Protocol:
                     {cls: table[name] * 1e-6 for cls, table in HW_LATENCY_US.items()}, WIRE_FRACTION[name])
 
 
+PROTOCOLS = tuple(protocol(name) for name in WIRE_FRACTION)  # LL, LL128, Simple: collectives.protocol_for picks
+
+
 # the links already run at nvlink4's fraction: NVLS gets the rest of its lower rate by a wire fraction
-NVLS = Protocol("Simple", 0.0, {"nvlink": NVLS_LATENCY_US * 1e-6, "pci": NVLS_LATENCY_US * 1e-6,
-                                "net": NVLS_LATENCY_US * 1e-6}, NVLS_EFFICIENCY / LINK_EFFICIENCY["nvlink4"])
-
-
-def choose(steps_by_class: dict[str, float], wire_time: float) -> Protocol:
-    """The protocol NCCL would pick: the least base + steps x hw latency + wire time / fraction,
-    ``wire_time`` being the call's bytes over its slowest links at full rate."""
-    def cost(p: Protocol) -> float:
-        latency = p.base_latency + sum(n * p.step_latency[c] for c, n in steps_by_class.items())
-        return latency + wire_time / p.wire_fraction
-    return min((protocol(name) for name in PROTOCOLS), key=cost)
+NVLS = Protocol("Simple", 0.0, dict.fromkeys(HW_LATENCY_US, NVLS_LATENCY_US * 1e-6),
+                NVLS_EFFICIENCY / LINK_EFFICIENCY["nvlink4"])

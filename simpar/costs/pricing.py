@@ -7,20 +7,13 @@ from simpar.costs.kernels import Shape, unit_kernels
 from simpar.scenario import Scenario
 
 
-def shape_of(scenario: Scenario) -> Shape:
-    spec, train = scenario.strategy, scenario.train
-    return Shape(scenario.model, train.micro_batch, spec.tp, spec.sequence_parallel, spec.recompute,
-                 spec.flash_attention, train.weight_bytes)
-
-
 class KernelPricer:
-    def __init__(self, scenario: Scenario, gpu, dtype: str):
-        self.shape = shape_of(scenario)
-        self.peak, self.hbm, self.model = gpu.peak_flops(dtype), gpu.memory_bandwidth, gpu.kernels
-        self._cache: dict = {}
-
-    def kernels(self, kind: str, phase: str, part: str = ""):
-        return unit_kernels(self.shape, kind, phase, part)
+    def __init__(self, scenario: Scenario, gpu):
+        spec, train = scenario.strategy, scenario.train
+        self.shape = Shape(scenario.model, train.micro_batch, spec.tp, spec.sequence_parallel, spec.recompute,
+                           spec.flash_attention, train.weight_bytes)
+        self.peak, self.hbm, self.model = gpu.peak_flops(train.compute_dtype), gpu.memory_bandwidth, gpu.kernels
+        self._cache: dict = {}  # (unit kind, phase, part) -> seconds: every micro-batch costs the same
 
     def time(self, kind: str, op) -> float:
         if op.phase == "step":  # the optimizer: memory-bound over every state it reads and writes
@@ -28,5 +21,5 @@ class KernelPricer:
         key = (kind, op.phase, op.part)
         if key not in self._cache:
             self._cache[key] = sum(kernel_time(k, self.peak, self.hbm, self.model)
-                                   for k in self.kernels(kind, op.phase, op.part))
+                                   for k in unit_kernels(self.shape, kind, op.phase, op.part))
         return self._cache[key]

@@ -63,21 +63,8 @@ def real_json(scenario: Scenario, ranks: list[dict], steps: int, collectives: st
                      "bytes sent and received are not measured")
     timelines = [{"program": plan.program_of(rank).name, "ranks": [rank], "ops": result["timeline"]}
                  for rank, result in enumerate(ranks)]  # the last step's, as the simulator's op_timeline
-    return {"step_time_s": step_time, **_utilisation(scenario, step_time), "breakdown": totals, "ranks": out_ranks,
-            "links": [], "steps": steps,
+    return {"step_time_s": step_time, "breakdown": totals, "ranks": out_ranks, "links": [], "steps": steps,
             "losses": ranks[0]["losses"], "collectives": collectives, "notes": notes, "op_timeline": timelines}
-
-
-def _utilisation(scenario: Scenario, step_time: float) -> dict:
-    """Model FLOP/s per rank, MFU and HFU of the measured step, against the peak of the device the
-    simulator gives the ranks (the built-in CPU-host profile's), as the simulated figures are."""
-    from simpar.flops import utilisation
-    from simpar.real.cpu_profile import cpu_topology
-    from simpar.sim.runner import COMPUTE_DTYPE
-
-    topology = cpu_topology(scenario.cluster.gpus)
-    spec = topology.graph.nodes[topology.gpus[0]]["spec"]
-    return utilisation(scenario, step_time, spec.peak_flops(COMPUTE_DTYPE[scenario.train.precision]))
 
 
 def _error(sim: float, real: float | None) -> float | None:

@@ -49,7 +49,7 @@ def check_supported(scenario: Scenario) -> None:
         raise SimparError("--sequence-parallel: the simulator models it; the executor does not perform it yet")
     if spec.tp_comm_overlap:
         raise SimparError("--tp-comm-overlap: the executor runs ops one at a time; leave it out with --compare-real")
-    if spec.grad_accum_dtype not in (None, {4: "fp32", 2: scenario.train.precision[:4]}[scenario.train.weight_bytes]):
+    if scenario.grad_bytes != scenario.train.weight_bytes:
         raise SimparError(f"--grad-accum-dtype: the executor keeps gradients in the weights' dtype, not "
                           f"{spec.grad_accum_dtype}")
     if spec.recompute == "selective" or (spec.recompute == "full" and spec.tp > 1):

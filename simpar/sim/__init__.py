@@ -10,7 +10,7 @@ from simpar.plan import CATEGORIES, OP_CLASSES, Plan, op_class
 from simpar.scenario import Scenario
 from simpar.sim.breakdown import PARTS, program_breakdown
 from simpar.sim.memory_check import check_memory
-from simpar.sim.runner import COMPUTE_DTYPE, Simulator
+from simpar.sim.runner import Simulator
 from simpar.strategies import build_plan
 from simpar.topologies.graph import Topology
 
@@ -93,6 +93,5 @@ def simulate(scenario: Scenario, topology: Topology | None = None, plan: Plan | 
     usage = sim.network.utilisation or {}
     link_timeline = [{"name": topology.channel_name(c), "kind": topology.channel_kind(c), "points": points}
                      for c, points in sorted(usage.items())]
-    peak = gpu.peak_flops(COMPUTE_DTYPE[scenario.train.precision])
     return SimResult(step_time, totals, ranks, links, server, list(plan.notes), timeline, ops, link_timeline,
-                     utilisation(scenario, step_time, peak))
+                     utilisation(scenario, step_time, topology))

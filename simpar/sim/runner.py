@@ -39,7 +39,6 @@ from simpar.scenario import Scenario
 from simpar.sim.tracker import MemoryTracker
 from simpar.topologies.graph import Topology
 
-COMPUTE_DTYPE = {"bf16-mixed": "bf16", "fp16-mixed": "fp16", "fp32": "fp32"}
 NETWORK_OPS = (Collective, Send, Copy)
 
 
@@ -70,12 +69,12 @@ class Simulator:
         self.env = simpy.Environment()
         self.network = Network(self.env, topology, record_utilisation=record_links)
         gpu = topology.graph.nodes[topology.gpus[0]]["spec"]
-        dtype = COMPUTE_DTYPE[scenario.train.precision]
+        dtype = scenario.train.compute_dtype
         if getattr(gpu, f"{dtype}_flops") is None:
             raise SimparError(f"--precision: {gpu.name} has no fast {dtype}; use fp16-mixed or fp32")
         self.gpu = gpu
         self.flops_rate = gpu.flops(dtype)
-        self.kernel_pricer = KernelPricer(scenario, gpu, dtype) if gpu.kernels is not None else None
+        self.kernel_pricer = KernelPricer(scenario, gpu) if gpu.kernels is not None else None
         self._machines = self._machine_nodes()
         self.done = [[self.env.event() for _ in prog.ops] for prog in plan.programs]
         self.times: list[list[tuple[float, float, float] | None]] = [[None] * len(p.ops) for p in plan.programs]
@@ -168,7 +167,7 @@ class Simulator:
         if self.gpu.costs is not None:  # a calibrated profile: the framework's overhead, then the work
             overheads, rate = self.gpu.costs[op.phase]
             return overheads.get(kind, 0.0) + (op.params if op.phase == "step" else op.flops) / rate
-        if self.gpu.kernels is not None:  # a GPU: the kernels the unit launches, each priced by shape
+        if self.kernel_pricer is not None:  # a GPU: the kernels the unit launches, each priced by shape
             return self.kernel_pricer.time(kind, op)
         return max(op.flops / self.flops_rate, op.bytes / self.gpu.memory_bandwidth)
 

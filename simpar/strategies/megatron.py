@@ -94,7 +94,8 @@ _BACKWARD_OF = {"allgather": "reducescatter", "reducescatter": "allgather", "all
 
 
 def _forward(prog, work, units, mb, vs, virtual_stages, hidden_bytes, tp, sp=False) -> int:
-    deps = [prog.add(Recv, "recv", peer="prev", nbytes=hidden_bytes // (tp if sp else 1), tag=f"F mb{mb} vs{vs}",
+    boundary = hidden_bytes // tp if sp else hidden_bytes  # a TP rank's share of what crosses stages
+    deps = [prog.add(Recv, "recv", peer="prev", nbytes=boundary, tag=f"F mb{mb} vs{vs}",
                      microbatch=mb, units=tuple(units))] if vs > 0 else []
     for unit in units:
         u = work.units[unit]
@@ -112,15 +113,16 @@ def _forward(prog, work, units, mb, vs, virtual_stages, hidden_bytes, tp, sp=Fal
             for payload, nbytes in (("logits max", 4 * tokens), ("cross-entropy sums", 8 * tokens)):
                 deps = [_tp(prog, work, "allreduce", nbytes, deps, f"{payload} mb{mb}", itemsize=4)]
     if vs < virtual_stages - 1:
-        prog.add(Send, "send", deps, peer="next", nbytes=hidden_bytes // (tp if sp else 1), tag=f"F mb{mb} vs{vs + 1}",
+        prog.add(Send, "send", deps, peer="next", nbytes=boundary, tag=f"F mb{mb} vs{vs + 1}",
                  microbatch=mb, units=tuple(units))
     return deps[0]
 
 
 def _backward(prog, work, units, mb, vs, hidden_bytes, tp, sp=False, overlap=False) -> int:
     last_unit = work.num_units - 1
+    boundary = hidden_bytes // tp if sp else hidden_bytes
     deps = [] if units[-1] == last_unit else [
-        prog.add(Recv, "recv", peer="next", nbytes=hidden_bytes // (tp if sp else 1), tag=f"B mb{mb} vs{vs}",
+        prog.add(Recv, "recv", peer="next", nbytes=boundary, tag=f"B mb{mb} vs{vs}",
                  microbatch=mb, units=tuple(units))]
     for unit in reversed(units):
         u = work.units[unit]
@@ -157,7 +159,7 @@ def _backward(prog, work, units, mb, vs, hidden_bytes, tp, sp=False, overlap=Fal
         if u.activations:
             prog.free("compute", "activations", u.activations, payload=f"unit{unit} mb{mb}")
     if vs > 0:
-        prog.add(Send, "send", deps, peer="prev", nbytes=hidden_bytes // (tp if sp else 1), tag=f"B mb{mb} vs{vs - 1}",
+        prog.add(Send, "send", deps, peer="prev", nbytes=boundary, tag=f"B mb{mb} vs{vs - 1}",
                  microbatch=mb, units=tuple(units))
     return deps[0]
 

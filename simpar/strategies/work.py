@@ -34,7 +34,7 @@ class Work:
         self.w = train.weight_bytes  # bytes per weight and per gradient element
         # main gradients (accumulated over micro-batches): fp32 in Megatron and with DeepSpeed's
         # data_types.grad_accum_dtype fp32, which makes mixed-precision Adam 2 + 4 + 12 = 18 bytes a parameter
-        self.g = {"fp32": 4, "bf16": 2, "fp16": 2}.get(spec.grad_accum_dtype, self.w)
+        self.g = scenario.grad_bytes
         self.mixed = train.mixed
         self.k = train.optimizer_bytes
         self.layers, self.hidden = model.layers, model.hidden

@@ -7,6 +7,7 @@ so several collectives can share a network (and contend) in one simulation.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Callable
 
 import simpy
@@ -117,10 +118,16 @@ def expand(op: str, algo: str | None, topology: Topology, group: list[str], nbyt
     return OPS[op][algo](CollectiveCall(list(group), int(nbytes), topology, root, peer, itemsize))
 
 
+@lru_cache(maxsize=2**16)
+def _phase_classes(topology: Topology, phase: Phase) -> tuple[str, ...]:
+    """The latency class of each transfer's route (asked once per protocol and per call: cached)."""
+    return tuple(nccl.latency_class(topology.route_kinds(t.src, t.dst)) for t in phase.transfers)
+
+
 def phase_latency(topology: Topology, proto: nccl.Protocol, phase: Phase) -> float:
     """A phase's steps, each at its edges' hardware latency: NCCL's sum over a ring's hops, with
     the share of inter-node edges paying the network's latency."""
-    classes = [nccl.latency_class(topology.route_kinds(t.src, t.dst)) for t in phase.transfers]
+    classes = _phase_classes(topology, phase)
     per_step = sum(proto.step_latency[c] for c in classes) / len(classes)
     return max(t.steps for t in phase.transfers) * per_step
 

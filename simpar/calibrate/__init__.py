@@ -28,6 +28,11 @@ def default_path(precision: str) -> Path:
     return root / f"hardware-{machine_id()['host']}-{precision}.json"
 
 
+def gpu_default_path(preset: str) -> Path:
+    """Where this machine's GPU profile is cached."""
+    return default_path("gpu").with_name(f"gpu-{machine_id()['host']}-{preset}.json")
+
+
 def _both(ctx, precision: str, repeats: int) -> dict:
     return {"compute": compute_worker(ctx, ["tiny"], [2], precision, repeats),
             "ring": ring_worker(ctx, RING_SIZES, repeats)}
@@ -67,3 +72,41 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
                            optimizer_params_per_s=rates,
                            copy_bytes_per_s=1.0 / seconds_per_byte if seconds_per_byte else 1e11,
                            samples={"compute": alone, "host": host, "shared": shared, "ring_sizes": RING_SIZES})
+
+
+def calibrate_gpu(preset: str | None = None, timeout: float = 600.0, progress=None):
+    """Measure this machine's CUDA GPU (and NCCL across its GPUs) and fit a GPUProfile."""
+    import torch
+
+    from simpar.calibrate import gpu_bench
+    from simpar.calibrate.gpu_profile import fit_allreduce, fit_profile, preset_for
+    from simpar.devices.presets import GPUS
+    from simpar.errors import SimparError
+
+    say = progress or (lambda message: None)
+    if not torch.cuda.is_available():
+        raise SimparError("--backend nccl: no CUDA GPU is visible on this machine (torch.cuda.is_available() "
+                          "is False); calibrate CPU ranks with --backend gloo")
+    props = torch.cuda.get_device_properties(0)
+    preset = preset or preset_for(props.name, props.total_memory)
+    if preset not in GPUS:
+        raise SimparError(f"--gpu: cannot tell which datasheet {props.name!r} is; name one of {', '.join(GPUS)}")
+    machine = {**machine_id(), "name": props.name, "sms": props.multi_processor_count,
+               "memory_bytes": props.total_memory, "l2_bytes": getattr(props, "L2_cache_size", 0),
+               "cuda": torch.version.cuda, "gpus": torch.cuda.device_count(),
+               "eager_kernel_interval_s": gpu_bench.eager_interval()}
+    gemms = gpu_bench.megatron_gemms()
+    say(f"{len(gemms)} GEMM shapes of Megatron layers on {props.name}")
+    gemm_rows = gpu_bench.gemm_seconds(gemms)
+    say("streaming kernels by size")
+    stream_rows = gpu_bench.stream_seconds()
+    world = torch.cuda.device_count()
+    if world > 1:
+        say(f"NCCL all-reduce by size over {world} GPUs")
+        ranks = launch(gpu_bench.allreduce_worker, world, (), backend="nccl", timeout=timeout)
+        rows = [{"bytes": r["bytes"], "seconds": max(rank[i]["seconds"] for rank in ranks)}
+                for i, r in enumerate(ranks[0])]
+        nccl = fit_allreduce(rows, world)
+    else:
+        nccl = {"skipped": f"one GPU visible ({props.name}): NCCL collectives need two or more"}
+    return fit_profile(machine, preset, gemm_rows, stream_rows, nccl)

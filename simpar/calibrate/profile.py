@@ -15,6 +15,7 @@ import json
 import os
 import platform
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -23,6 +24,9 @@ from simpar.devices.specs import GPUSpec, HostSpec
 from simpar.errors import SimparError
 from simpar.real.cpu_profile import rank_processes
 from simpar.topologies.graph import Topology
+
+if TYPE_CHECKING:
+    from simpar.calibrate.gpu_profile import GPUProfile
 
 VERSION = 2
 UNIT_KINDS = ("embedding", "layer", "head")
@@ -84,10 +88,15 @@ class HardwareProfile:
             json.dump(asdict(self), handle, indent=1)
 
     @classmethod
-    def load(cls, path: str) -> HardwareProfile:
+    def load(cls, path: str) -> HardwareProfile | GPUProfile:
+        """A CPU-rank profile, or the GPU profile (``kind: gpu``) that ``--backend nccl`` writes."""
         try:
             with open(path) as handle:
                 data = json.load(handle)
+            if isinstance(data, dict) and data.get("kind") == "gpu":  # simpar calibrate --backend nccl
+                from simpar.calibrate.gpu_profile import GPUProfile
+
+                return GPUProfile.from_dict(data, path)
             if data.get("version") != VERSION:
                 raise SimparError(f"--hardware: {path} is a version {data.get('version')} profile; "
                                   f"recalibrate (simpar calibrate) for version {VERSION}")

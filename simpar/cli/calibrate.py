@@ -14,8 +14,12 @@ def register(sub) -> None:
                        description="Micro-benchmarks (unit forward/backward by size, ring steps by message size "
                                    "and number of ranks, optimizer steps, copies), fitted into a profile that "
                                    "'simpar run --hardware PATH' and '--compare-real' price Plans with.")
-    p.add_argument("--backend", default="gloo", help="gloo (CPU ranks; the only one calibrated so far)")
-    p.add_argument("--gpus", default="2,4,8", help="numbers of ranks to measure side by side (default 2,4,8)")
+    p.add_argument("--backend", default="gloo",
+                   help="gloo (CPU ranks, default) or nccl (this machine's CUDA GPU: GEMMs by shape, HBM, kernel "
+                        "overhead, NCCL all-reduce across its GPUs, fitted into the GPU preset's kernel model)")
+    p.add_argument("--gpu", help="nccl: the GPU preset whose datasheet the measurement refines (default: read "
+                                 "from the device's name)")
+    p.add_argument("--gpus", default="2,4,8", help="gloo: numbers of ranks to measure side by side (default 2,4,8)")
     p.add_argument("--precision", default="fp32", help="fp32 (default) or bf16-mixed")
     p.add_argument("--repeats", default="10", help="runs per timed round (5 rounds, median; default 10)")
     p.add_argument("--out", help="where to save the profile (default: this machine's cache, used by "
@@ -35,8 +39,13 @@ def run(args) -> int:
     from simpar.calibrate import calibrate, default_path  # imports torch: only when asked
     from simpar.calibrate.profile import UNIT_KINDS
 
-    if args.backend.strip().lower() != "gloo":
-        raise SimparError("--backend: only gloo (CPU ranks) can be calibrated so far")
+    backend = args.backend.strip().lower()
+    if backend == "nccl":
+        return run_gpu(args)
+    if backend != "gloo":
+        raise SimparError(f"--backend: must be gloo (CPU ranks) or nccl (CUDA GPUs), got {args.backend!r}")
+    if args.gpu:
+        raise SimparError("--gpu: names the GPU preset of --backend nccl; CPU ranks have none")
     precision = args.precision.strip().lower()
     if precision not in ("fp32", "bf16-mixed"):
         raise SimparError(f"--precision: must be fp32 or bf16-mixed, got {args.precision!r}")
@@ -63,4 +72,40 @@ def run(args) -> int:
         alpha, bandwidth = profile.ring[str(world)]
         print(f"  {world:>5}   {profile.slowdown[str(world)]:>14.2f}x   {units.human_time(alpha):>17}"
               f"   {units.human_rate(bandwidth):>9}")
+    return 0
+
+
+def run_gpu(args) -> int:
+    from simpar.calibrate import calibrate_gpu, gpu_default_path
+    from simpar.devices.presets import GPUS
+
+    if args.gpu is not None and args.gpu not in GPUS:
+        raise SimparError(f"--gpu: unknown GPU preset {args.gpu!r}; choose from {', '.join(GPUS)}")
+    profile = calibrate_gpu(args.gpu, progress=lambda m: print(f"calibrating: {m}", file=sys.stderr))
+    path = args.out or str(gpu_default_path(profile.preset))
+    if not args.out:
+        gpu_default_path(profile.preset).parent.mkdir(parents=True, exist_ok=True)
+    profile.save(path)
+    if args.json and write_json(profile.__dict__, args.json):
+        return 0
+    k, fit, preset = profile.kernels, profile.fit, GPUS[profile.preset].kernels
+    print(f"GPU profile of {profile.machine['name']} ({k['sms']} SMs, torch {profile.machine['torch']}, CUDA "
+          f"{profile.machine['cuda']}), refining preset {profile.preset}: saved to {path}")
+    print(f"  GEMM efficiency   {k['gemm_efficiency']:.3f} (preset {preset.gemm_efficiency:.3f}); "
+          f"{len(profile.samples['gemms'])} Megatron shapes, model vs measured: median "
+          f"{fit['gemm_median_abs_error']:.1%}, max {fit['gemm_max_abs_error']:.1%} (preset's constants: "
+          f"median {fit['preset_gemm_median_abs_error']:.1%})")
+    print(f"  HBM               {units.human_rate(fit['hbm_bandwidth'])} = {k['hbm_efficiency']:.3f} of the "
+          f"datasheet (preset {preset.hbm_efficiency:.3f})")
+    print(f"  kernel overhead   {units.human_time(k['kernel_overhead'])} (preset "
+          f"{units.human_time(preset.kernel_overhead)}); streaming fit max error {fit['stream_max_abs_error']:.1%}")
+    print(f"  eager launches    one kernel every {units.human_time(profile.machine['eager_kernel_interval_s'])} "
+          f"from Python: steps of shorter kernels are CPU-bound (not modelled)")
+    if "skipped" in profile.nccl:
+        print(f"  NCCL              not measured: {profile.nccl['skipped']}")
+    else:
+        print(f"  NCCL all-reduce   {profile.nccl['world']} GPUs: bus bandwidth "
+              f"{units.human_rate(profile.nccl['busbw_largest'])} at the largest size, latency "
+              f"{units.human_time(profile.nccl['latency_s'])}")
+    print(f"  use it: simpar run --hardware {path} --topology <a topology of {profile.preset} GPUs>")
     return 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import asdict
 
@@ -18,7 +19,7 @@ from simpar.scenario import (
     Scenario,
     make_scenario,
 )
-from simpar.sim import PARTS, SimResult, simulate
+from simpar.sim import PARTS, SimResult, build_topology, simulate
 from simpar.strategies import build_plan
 from simpar.topologies import PRESETS as TOPOLOGIES
 from simpar.train import OPTIMIZERS, PRECISIONS
@@ -40,7 +41,8 @@ def register(sub) -> None:
                                       "simulates the machine it runs on instead)")
     p.add_argument("--hardware", metavar="PATH",
                    help="a hardware profile from 'simpar calibrate': simulate the calibrated machine (one rank "
-                        "per process) instead of --topology")
+                        "per process) instead of --topology; a GPU profile (calibrate --backend nccl) prices "
+                        "--topology's GPUs with what was measured instead")
     p.add_argument("--bandwidth", help="link bandwidth for the ring/star topologies, e.g. 100GB/s")
     p.add_argument("--latency", help="per-hop latency for the ring/star topologies, in seconds")
     p.add_argument("--micro-batch", help="sequences per micro-batch per rank (default 1)")
@@ -97,6 +99,16 @@ def register(sub) -> None:
     p.set_defaults(handler=run)
 
 
+def is_gpu_profile(path: str) -> bool:
+    """Whether ``path`` is a GPU profile (simpar calibrate --backend nccl); unreadable files are left
+    for the profile loader to report."""
+    try:
+        with open(path) as handle:
+            return json.load(handle).get("kind") == "gpu"
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def _optional_int(value, flag):
     return None if value is None else units.positive_int(value, flag)
 
@@ -104,8 +116,9 @@ def _optional_int(value, flag):
 def scenario_and_notes(args) -> tuple[Scenario, list[str]]:
     """The Scenario the flags describe, and notes on what was read from files (ignored keys,
     resolved "auto" values)."""
-    compare = getattr(args, "compare_real", False) or getattr(args, "hardware", None) is not None
-    if args.hardware is not None and args.topology is not None:
+    cpu_hardware = getattr(args, "hardware", None) is not None and not is_gpu_profile(args.hardware)
+    compare = getattr(args, "compare_real", False) or cpu_hardware
+    if cpu_hardware and args.topology is not None:
         raise SimparError("--topology: --hardware gives the machine to simulate; leave --topology out")
     if compare and args.topology is not None:
         raise SimparError("--topology: --compare-real simulates the machine the ranks really run on "
@@ -168,7 +181,12 @@ def run(args) -> int:
     if args.hardware:
         from simpar.calibrate.profile import HardwareProfile
 
-        topology = HardwareProfile.load(args.hardware).topology(scenario.cluster.gpus, scenario.train.precision)
+        profile = HardwareProfile.load(args.hardware)
+        if is_gpu_profile(args.hardware):  # measured kernel constants for the simulated cluster's GPUs
+            topology = build_topology(scenario)
+            profile.apply(topology)
+        else:
+            topology = profile.topology(scenario.cluster.gpus, scenario.train.precision)
     result = simulate(scenario, topology=topology, replay=not args.no_replay, record_links=bool(args.trace))
     wrote = write_figures(args, scenario, {"scenario": scenario_json(scenario),
                                            "sim": result.to_json(timeline=True, ops=True, links=True)})

@@ -13,7 +13,7 @@ from simpar.cli import write_json
 from simpar.calibrate import default_path
 from simpar.calibrate.profile import HardwareProfile
 from simpar.flops import utilisation
-from simpar.cli.run import scenario_json, write_figures
+from simpar.cli.run import is_gpu_profile, scenario_json, write_figures
 from simpar.errors import SimparError
 from simpar.plan import OP_CLASSES
 from simpar.real.compare import MEMORY_ROWS, comparison, run_real
@@ -60,6 +60,9 @@ def machine_topology(args, scenario: Scenario):
     path = args.hardware
     if path is None and default_path(precision).exists():
         path = str(default_path(precision))
+    if path is not None and is_gpu_profile(path):
+        raise SimparError("--hardware: a GPU profile prices simulated GPU clusters; --compare-real runs these "
+                          "ranks on this machine's CPU and needs a CPU profile (simpar calibrate) or none")
     if path is None:
         return cpu_topology(world), NOTE + " (run 'simpar calibrate' to measure this machine)"
     return HardwareProfile.load(path).topology(world, precision), f"the simulator priced this run with the " \

@@ -91,6 +91,19 @@ class Topology:
             self._latency.append(link.latency)
             self._kind.append(link.kind)
 
+    def set_efficiency(self, kind: str, efficiency_of_rate) -> None:
+        """Give every link of ``kind`` the achieved fraction ``efficiency_of_rate(its forward rate)``
+        (a measured bus bandwidth over each link's wire rate: simpar calibrate)."""
+        for a, b, data in self.graph.edges(data=True):
+            link = data["link"]
+            if link.kind != kind:
+                continue
+            data["link"] = link = Link(link.kind, link.bandwidth, link.latency, link.reverse_bandwidth,
+                                       efficiency_of_rate(link.rate(True)))
+            for channel in (self._channel_ids[(a, b)], self._channel_ids[(b, a)]):
+                forward = channel % 2 == 0  # connect() adds a link's forward channel first
+                self._capacity[channel] = link.rate(forward) * link.efficiency
+
     # -- queries --------------------------------------------------------------------------
     @property
     def capacities(self) -> np.ndarray:

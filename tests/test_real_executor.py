@@ -100,6 +100,24 @@ def test_tensor_parallel_trains_like_one_process_and_sends_the_simulated_bytes(s
     _check_bytes(scenario, ranks)
 
 
+@pytest.mark.parametrize("strategy,spec,dp,pp,tp,optimizer,atol", [
+    ("tp", model("tiny"), 1, 1, 2, "sgd", 1e-6),  # learned positions: each rank adds its block's
+    ("3d", UNTIED, 1, 2, 2, "sgd", 1e-6),  # sequence blocks sent between stages
+    ("3d", model("tiny"), 2, 1, 2, "adam", 1e-4),
+])
+def test_sequence_parallelism_trains_like_one_process_and_sends_the_simulated_bytes(strategy, spec, dp, pp, tp,
+                                                                                    optimizer, atol):
+    """Korthikanti et al.: every TP all-reduce performed as a reduce-scatter + all-gather over the
+    sequence, the replicated parameters' gradients all-reduced after the backward; the bytes each rank
+    sends are the simulator's, and training is one process's."""
+    world = dp * pp * tp
+    scenario = make_scenario(spec, strategy, world, dp=dp, pp=pp, tp=tp, micro_batch=2, microbatches=2 * pp,
+                             precision="fp32", optimizer=optimizer, topology="pcie", sequence_parallel=True)
+    ranks = launch(run_rank, world, (scenario, STEPS, 0), timeout=240)
+    _check_training(ranks, single_process(scenario, STEPS, 0), atol)
+    _check_bytes(scenario, ranks)
+
+
 def test_full_recomputation_trains_like_one_process_and_keeps_fewer_activations():
     kw = dict(micro_batch=2, microbatches=2, precision="fp32", optimizer="sgd", topology="pcie")
     plain = launch(run_rank, 2, (make_scenario(UNTIED, "zero3", 2, **kw), 1, 0), timeout=240)

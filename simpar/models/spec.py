@@ -81,9 +81,17 @@ class ModelSpec:
         """A layer's parameters on one of ``tp`` tensor-parallel ranks (Megatron): weight matrices and
         the column-parallel biases (Q, K, V, MLP up/gate) split; the row-parallel biases (O, MLP down,
         added after the all-reduce) and the norms whole on every rank."""
-        row_biases = 2 * self.hidden if self.bias else 0
-        split = self.layer_weights() + self._layer_biases() - row_biases
-        return split // tp + row_biases + 2 * self._norm_params()
+        replicated = self.layer_replicated_params()
+        return (self.layer_params() - replicated) // tp + replicated
+
+    def layer_replicated_params(self) -> int:
+        """A layer's parameters kept whole on every TP rank: the row-parallel biases (O, MLP down)
+        and the norms. With sequence parallelism each rank sees only its part of the sequence, so their
+        gradients are partial sums that Megatron all-reduces over the TP group."""
+        return (2 * self.hidden if self.bias else 0) + 2 * self._norm_params()
+
+    def final_norm_params(self) -> int:
+        return self._norm_params()
 
     def vocab_per_tp_rank(self, tp: int) -> int:
         """Rows of the vocabulary-parallel embedding (and head) per rank; Megatron pads the vocabulary

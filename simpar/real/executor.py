@@ -25,6 +25,7 @@ from simpar.real.comm import CountingComm, NativeComm
 from simpar.real.instrument import Recorder, SavedActivations
 from simpar.real.model import build_model, synthetic_batch
 from simpar.real.states import ModelStates, make_optimizer
+from simpar.real.sequence_parallel import SequenceParallelModel, gather_sequence, scatter_sequence
 from simpar.real.tensor_parallel import TensorParallelModel, gather_full_parameters
 from simpar.scenario import Scenario
 from simpar.strategies import build_plan
@@ -45,8 +46,9 @@ def check_supported(scenario: Scenario) -> None:
         raise SimparError("--precision: the executor runs zero3-infinity in fp32 only")
     if spec.algo not in (None, "ring", "ps"):
         raise SimparError(f"--algo: the executor performs ring and ps (Worker-Server) collectives, not {spec.algo}")
-    if spec.sequence_parallel:
-        raise SimparError("--sequence-parallel: the simulator models it; the executor does not perform it yet")
+    if spec.sequence_parallel and scenario.model.seq % spec.tp:
+        raise SimparError(f"--sequence-parallel: the executor splits {scenario.model.name}'s sequence of "
+                          f"{scenario.model.seq} evenly over the TP ranks, which tp {spec.tp} does not divide")
     if spec.tp_comm_overlap:
         raise SimparError("--tp-comm-overlap: the executor runs ops one at a time; leave it out with --compare-real")
     if scenario.grad_bytes != scenario.train.weight_bytes:
@@ -67,14 +69,15 @@ class RankExecutor:
         grid = self.plan.grid
         self.tp_group = list(grid.group(ctx.rank, "tp"))
         if grid.tp > 1:  # this rank's slice of the same seeded model
-            self.model = TensorParallelModel(self.model, self.tp_group.index(ctx.rank), grid.tp)
+            parallel = SequenceParallelModel if scenario.strategy.sequence_parallel else TensorParallelModel
+            self.model = parallel(self.model, self.tp_group.index(ctx.rank), grid.tp)
         self.mixed = scenario.train.mixed  # bf16 weights, gradients and traffic; fp32 master weights
         self.dtype = torch.bfloat16 if self.mixed else torch.float32
         # nccl: the GPU launch (or torchrun's LOCAL_RANK) made current; gloo: the CPU
         gpu = ctx.backend == "nccl"
         self.device = torch.device("cuda", torch.cuda.current_device()) if gpu else torch.device("cpu")
         self.model.to(self.device, self.dtype)
-        self.reduction = None  # TP: the partial result the Plan's next TP all-reduce sums
+        self.reduction = None  # TP: what the Plan's next TP collective sums, gathers or scatters
         self.unit_params = [list(unit.parameters()) for unit in self.model.units]
         if collectives == "native":
             kinds = [grid.group(r, kind) for kind in ("dp", "tp") for r in range(grid.world)]
@@ -85,10 +88,16 @@ class RankExecutor:
         self.index = self.group.index(ctx.rank)  # this rank's share of the batch
         held = sorted({op.unit for op in self.program.ops if isinstance(op, Compute) and op.unit >= 0})
         buckets = list(dict.fromkeys(op.units for op in self.program.ops
-                                     if isinstance(op, Collective) and op.op == "reducescatter"))
+                                     if isinstance(op, Collective) and op.op == "reducescatter" and op.group != "tp"))
         self.states = ModelStates(self.unit_params, held, self.program, scenario, buckets, len(self.group),
                                   self.index, ctx.rank)
         self.pending_sends: list = []
+        self.next_compute: dict[int, tuple[int, int]] = {}  # op id -> (unit, micro-batch) of the next compute
+        upcoming = None
+        for op in reversed(self.program.ops):
+            self.next_compute[op.id] = upcoming
+            if isinstance(op, Compute) and op.phase in ("fwd", "bwd"):
+                upcoming = (op.unit, op.microbatch)
         self.recorder = Recorder(self.device)
         self.activations = SavedActivations(self.model.parameters())
 
@@ -130,6 +139,11 @@ class RankExecutor:
                     else:
                         self._backward(op, half, inputs, outputs, grad_out)
                 elif isinstance(op, Collective):
+                    if op.group == "tp" and self.reduction is None and op.payload.startswith("output grads"):
+                        # sequence parallelism: a unit's backward starts by gathering its output gradient
+                        unit, mb = self.next_compute[op.id]
+                        self.reduction = self.model.output_gradient(unit, mb, self._output_grad(unit, mb, inputs,
+                                                                                                grad_out))
                     self._collective(op)
                 elif isinstance(op, Compute) and op.phase == "step":
                     self.states.step()
@@ -175,23 +189,50 @@ class RankExecutor:
     def _backward(self, op: Compute, half: int, inputs: dict, outputs: dict, grad_out: dict) -> None:
         key, head = (op.unit, op.microbatch), op.unit == len(self.model.units) - 1
         grad = None
-        if half == 0 and not head:  # the gradient of this unit's output: from the next stage or unit
-            grad = grad_out.pop(key) if key in grad_out else inputs.pop((op.unit + 1, op.microbatch)).grad
+        sequence_parallel = isinstance(self.model, SequenceParallelModel)  # the gradient came with a gather
+        if half == 0 and not head and not sequence_parallel:
+            grad = self._output_grad(op.unit, op.microbatch, inputs, grad_out)
         if isinstance(self.model, TensorParallelModel):
             self.reduction = self.model.backward_piece(op.unit, op.microbatch, half, grad)
-            if half == (1 if 0 < op.unit < len(self.model.units) - 1 else 0):  # its last piece
+            if half == self.model.pieces(op.unit) - 1:
                 self.activations.release(key)
             return
         outputs.pop(key).backward(grad)
         self.activations.release(key)
 
-    def _tensor_parallel_allreduce(self) -> None:
-        """Sum (or max) the pending partial result over the TP group; its continuation may leave
-        the next one (the cross-entropy's maxima, then sums)."""
+    @staticmethod
+    def _output_grad(unit: int, mb: int, inputs: dict, grad_out: dict):
+        """The gradient of a unit's output: received from the next stage, or the next unit's input's."""
+        key = (unit, mb)
+        return grad_out.pop(key) if key in grad_out else inputs.pop((unit + 1, mb)).grad
+
+    def _tensor_parallel(self, op: Collective) -> None:
+        """Perform the Plan's TP collective on the pending partial result (sum or max: all-reduce;
+        sequence parallelism: gather or scatter the sequence blocks); its continuation may leave the
+        next one (the cross-entropy's maxima, then sums)."""
+        if op.payload == "sequence-parallel grads":
+            return self._sequence_parallel_grads()
         reduction, self.reduction = self.reduction, None
-        flat = reduction.tensor.reshape(-1).clone()
-        total = self.comm.ring_all_reduce(flat, self.tp_group, reduction.op).view_as(reduction.tensor)
-        self.reduction = reduction.then(total)
+        expected = {"sum": "allreduce", "max": "allreduce", "gather": "allgather", "scatter": "reducescatter"}
+        if reduction is None or expected[reduction.op] != op.op:
+            raise SimparError(f"--compare-real: the Plan's TP {op.op} ({op.payload}) does not match the model's "
+                              f"{'nothing' if reduction is None else reduction.op} here")
+        if reduction.op == "gather":
+            result = gather_sequence(self.comm, reduction.tensor, self.tp_group)
+        elif reduction.op == "scatter":
+            result = scatter_sequence(self.comm, reduction.tensor, self.tp_group)
+        else:
+            flat = reduction.tensor.reshape(-1).clone()
+            result = self.comm.ring_all_reduce(flat, self.tp_group, reduction.op).view_as(reduction.tensor)
+        self.reduction = reduction.then(result)
+
+    def _sequence_parallel_grads(self) -> None:
+        """Sum the gradients of the parameters every TP rank holds whole (each saw its sequence block)."""
+        params = self.model.replicated_parameters(self.states.held)
+        flat = torch.cat([p.grad.reshape(-1) for p in params])
+        total = self.comm.ring_all_reduce(flat, self.tp_group)
+        for p, piece in zip(params, torch.split(total, [p.numel() for p in params])):
+            p.grad.copy_(piece.view_as(p.grad))
 
     def _mean_loss(self, local: float) -> float:
         total = torch.tensor([local], device=self.device)
@@ -204,7 +245,8 @@ class RankExecutor:
         first, last, mb = op.units[0], op.units[-1], op.microbatch
         train, spec = self.scenario.train, self.scenario.model
         if isinstance(op, Recv):
-            buffer = torch.empty(train.micro_batch, spec.seq, spec.hidden, dtype=self.dtype, device=self.device)
+            seq = spec.seq // self.plan.grid.tp if self.scenario.strategy.sequence_parallel else spec.seq
+            buffer = torch.empty(train.micro_batch, seq, spec.hidden, dtype=self.dtype, device=self.device)
             self.comm.recv(buffer, peer)
             if op.tag.startswith("F"):
                 outputs[(first - 1, mb)] = buffer  # the chunk's first unit reads it as its input
@@ -223,7 +265,7 @@ class RankExecutor:
 
     def _collective(self, op: Collective) -> None:
         if op.group == "tp":
-            return self._tensor_parallel_allreduce()
+            return self._tensor_parallel(op)
         n, states = len(self.group), self.states
         if op.op == "allreduce" and op.payload == "grads":
             states.unflatten(op.units, self._reduce(op, states.flat(op.units, "grad")) / n, "grad")

@@ -179,7 +179,13 @@ class TensorParallelModel(nn.Module):
 
     def _head_forward(self, module: ParallelHead, key, x, targets, scale, outputs):
         n = module.norm(x)
-        state = self.saved[key] = {"n": n, "n_leaf": _leaf(n), "scale": scale}
+        self.saved[key] = {"n": n, "n_leaf": _leaf(n)}
+        return self._cross_entropy(module, key, targets, scale, outputs)
+
+    def _cross_entropy(self, module: ParallelHead, key, targets, scale, outputs):
+        """The vocabulary-parallel logits and cross-entropy of the normed ``n_leaf`` (Megatron)."""
+        state = self.saved[key]
+        state["scale"] = scale
         z = state["z"] = F.linear(state["n_leaf"], module.weight).float()
         rows = z.shape[-1]
         local = targets - module.start
@@ -208,9 +214,7 @@ class TensorParallelModel(nn.Module):
             state["partial"].backward(state["s_leaf"].grad)
             return None
         if unit == len(self.units) - 1:
-            probs = state["probs"]
-            probs.scatter_add_(-1, state["target"].unsqueeze(-1), -state["inside"].unsqueeze(-1).to(probs.dtype))
-            state["z"].backward(probs * (state["scale"] / probs[..., 0].numel()))
+            self._cross_entropy_backward(state)
 
             def after_head(summed):
                 del self.saved[key]
@@ -229,6 +233,23 @@ class TensorParallelModel(nn.Module):
             del self.saved[key]
             state["a"].backward(summed)
         return Reduction(state["a_leaf"].grad, "sum", after_attention)
+
+
+    @staticmethod
+    def _cross_entropy_backward(state: dict) -> None:
+        """Softmax minus the one-hot target, back through the logits to ``n_leaf``."""
+        probs = state["probs"]
+        probs.scatter_add_(-1, state["target"].unsqueeze(-1), -state["inside"].unsqueeze(-1).to(probs.dtype))
+        state["z"].backward(probs * (state["scale"] / probs[..., 0].numel()))
+
+    def pieces(self, unit: int) -> int:
+        """Compute ops the Plan splits a unit into, per phase."""
+        return 2 if 0 < unit < len(self.units) - 1 else 1
+
+    def replicated_parameters(self, units) -> list[torch.Tensor]:
+        """The parameters of ``units`` that every TP rank holds whole, in a fixed order."""
+        return [p for u in units for name, p in self.units[u].named_parameters()
+                if ".".join(name.split(".")[-2:]) not in SPLIT_DIMS]
 
 
 def gather_full_parameters(model: TensorParallelModel, comm, group: list[int]) -> list[torch.Tensor]:

@@ -11,7 +11,10 @@ same all-reduced inputs and gradients on every TP rank, so they need no communic
 
 Pipeline parallelism: each stage is one Program (its dp x tp ranks are identical); activations
 go forward and their gradients back with Send/Recv, in the order of the chosen schedule.
-After the last backward, gradients are reduce-scattered across the DP group, each rank updates
+With sequence parallelism (Korthikanti et al. 2022) each TP all-reduce is a reduce-scatter and an
+all-gather over the sequence, and after the last backward the gradients of the parameters every TP
+rank holds whole (norms, row-parallel biases) are all-reduced over the TP group. After the last
+backward, gradients are reduce-scattered across the DP group, each rank updates
 its optimizer shard and the parameters are all-gathered (ZeRO-1), as with --strategy zero1.
 """
 
@@ -56,6 +59,11 @@ def build(scenario: Scenario) -> Plan:
             else:
                 last = _backward(prog, work, chunks[chunk], mb, vs, hidden_bytes, spec.tp, spec.sequence_parallel,
                                  spec.tp_comm_overlap and spec.tp > 1)
+        if spec.sequence_parallel and spec.tp > 1:
+            # Megatron (finalize_model_grads): the norms' and row-parallel biases' gradients saw only this
+            # rank's part of the sequence; summing them over the TP group makes the replicas agree
+            replicated = sum(work.units[u].replicated for u in held)
+            last = _tp(prog, work, "allreduce", work.g * replicated, [last], "sequence-parallel grads", work.g)
         if spec.dp > 1:
             _reduce_and_step(prog, work, scenario, held, last)
         else:

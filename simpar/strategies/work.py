@@ -24,6 +24,7 @@ class UnitWork:
     bwd_bytes: float
     activations: float  # bytes kept from forward to backward, per micro-batch
     recompute_temp: float  # bytes rebuilt during backward by recomputation, per micro-batch
+    replicated: int = 0  # of ``params``, those whole on every TP rank (norms, row-parallel biases, positions)
 
 
 class Work:
@@ -45,7 +46,7 @@ class Work:
 
         vocab = model.vocab_per_tp_rank(t)
         embedding = UnitWork(vocab * h + model.positions * h, 0.0, 0.0,
-                             2 * token_bytes, 2 * token_bytes, 0.0, 0.0)
+                             2 * token_bytes, 2 * token_bytes, 0.0, 0.0, model.positions * h)
         sp = spec.sequence_parallel
         kept = model.layer_activation_bytes(b, spec.recompute, spec.flash_attention, t, sp) * act_scale
         full = model.layer_activation_bytes(b, "none", spec.flash_attention, t, sp) * act_scale
@@ -53,13 +54,13 @@ class Work:
         extra = {"none": 0.0, "full": fwd, "selective": 4.0 * b * s * s * h / t}[spec.recompute]
         layer_params = model.layer_params_per_tp_rank(t)
         layer = UnitWork(layer_params, fwd, 2 * fwd + extra, layer_params * self.w + full,
-                         2 * (layer_params * self.w + full), kept, full - kept)
-        final_norm = model.params - model.embedding_params() - model.layers * model.layer_params() - model.head_params()
+                         2 * (layer_params * self.w + full), kept, full - kept, model.layer_replicated_params())
+        final_norm = model.final_norm_params()
         head_params = (0 if model.tied_embeddings else vocab * h) + final_norm
         logits = 4.0 * b * s * vocab  # fp32 logits kept for the cross-entropy backward
         head_fwd = model.head_forward_flops(b) / t
         head = UnitWork(head_params, head_fwd, 2 * head_fwd, vocab * h * self.w + logits,
-                        2 * (vocab * h * self.w + logits), logits, 0.0)
+                        2 * (vocab * h * self.w + logits), logits, 0.0, final_norm)
         self.units = [embedding] + [layer] * model.layers + [head]
 
     @property

@@ -61,6 +61,10 @@ class Collective(Op):
     algo: str | None = None
     payload: str = ""
     units: tuple[int, ...] = ()
+    # ZeRO-3 by module: which of the unit's modules (ModelSpec.unit_modules order) the call moves, and,
+    # when it coalesces several tensors into one call, the bytes of each (each split over the group alone)
+    modules: tuple[int, ...] = ()
+    pieces: tuple[int, ...] = ()
     itemsize: int = 1  # bytes per element (tensors split by elements)
 
 
@@ -101,6 +105,7 @@ class Alloc(Op):
     memory: str = "gpu"  # gpu | host | nvme
     payload: str = ""
     units: tuple[int, ...] = ()  # the model units whose parameters or gradients these bytes hold
+    modules: tuple[int, ...] = ()  # of those units' modules, these only (ZeRO-3 by module); () all
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -110,6 +115,7 @@ class Free(Op):
     memory: str = "gpu"
     payload: str = ""
     units: tuple[int, ...] = ()
+    modules: tuple[int, ...] = ()
 
 
 OP_CLASSES = ("forward", "backward", "optimizer step", "collectives", "pipeline p2p", "offload copies")
@@ -160,14 +166,14 @@ class Program:
         return op_id
 
     def alloc(self, stream: str, category: str, nbytes: float, memory: str = "gpu", payload: str = "",
-              deps=(), units: tuple[int, ...] = ()) -> int:
+              deps=(), units: tuple[int, ...] = (), modules: tuple[int, ...] = ()) -> int:
         return self.add(Alloc, stream, deps, category=category, nbytes=int(nbytes), memory=memory, payload=payload,
-                        units=units)
+                        units=units, modules=modules)
 
     def free(self, stream: str, category: str, nbytes: float, memory: str = "gpu", payload: str = "",
-             deps=(), units: tuple[int, ...] = ()) -> int:
+             deps=(), units: tuple[int, ...] = (), modules: tuple[int, ...] = ()) -> int:
         return self.add(Free, stream, deps, category=category, nbytes=int(nbytes), memory=memory, payload=payload,
-                        units=units)
+                        units=units, modules=modules)
 
     def stream(self, name: str) -> Iterator[Op]:
         return (op for op in self.ops if op.stream == name)

@@ -19,6 +19,7 @@ SCHEDULES = ("gpipe", "1f1b", "interleaved")
 RECOMPUTE = ("none", "selective", "full")
 GRAD_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}  # --grad-accum-dtype -> bytes per main-gradient element
 GRAD_DTYPES = tuple(GRAD_BYTES)
+GRANULARITIES = ("module", "layer")  # ZeRO-3 all-gathers: one per module (DeepSpeed) or per layer
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,12 @@ class StrategySpec:
     # (reduce-scatter with sp) runs while its weight-gradient GEMM computes
     tp_comm_overlap: bool = False
     grad_accum_dtype: str | None = None  # main gradients: fp32 | bf16 | fp16 (None: the weights' dtype)
+    # ZeRO-3: gather the parameters a module at a time (DeepSpeed) or a layer at a time (FSDP's usual
+    # wrapping); None: module for zero3, layer for its offload variants (which simpar moves by layer)
+    gather_granularity: str | None = None
+    # ZeRO-3 by module: a gathered module stays if it is used again within this many parameters of
+    # other modules' uses (DeepSpeed's stage3_max_reuse_distance); 0 releases after every use
+    max_reuse_distance: int = 0
 
 
 @dataclass(frozen=True)
@@ -56,6 +63,12 @@ class Scenario:
     train: TrainSpec
     strategy: StrategySpec
     cluster: ClusterSpec = field(default_factory=ClusterSpec)
+
+    @property
+    def gather_granularity(self) -> str:
+        """ZeRO-3's unit of all-gather: module or layer (see StrategySpec)."""
+        spec = self.strategy
+        return spec.gather_granularity or ("module" if spec.name == "zero3" else "layer")
 
     @property
     def grad_bytes(self) -> int:
@@ -146,6 +159,14 @@ def _check_model_split(model: ModelSpec, spec: StrategySpec) -> None:
                           "(add --schedule interleaved)")
     if spec.grad_accum_dtype is not None and spec.grad_accum_dtype not in GRAD_DTYPES:
         raise SimparError(f"--grad-accum-dtype: must be one of {', '.join(GRAD_DTYPES)}, got {spec.grad_accum_dtype!r}")
+    if spec.gather_granularity not in (None, *GRANULARITIES):
+        raise SimparError(f"--gather-granularity: must be one of {', '.join(GRANULARITIES)}, "
+                          f"got {spec.gather_granularity!r}")
+    if spec.gather_granularity == "module" and spec.name != "zero3":
+        raise SimparError(f"--gather-granularity: module applies to --strategy zero3 ({spec.name} "
+                          f"{'moves and gathers whole layers' if spec.name.startswith('zero3') else 'gathers nothing'})")
+    if spec.max_reuse_distance < 0:
+        raise SimparError(f"--max-reuse-distance: must be 0 or more, got {spec.max_reuse_distance}")
     if spec.sequence_parallel and spec.name not in ("tp", "3d"):
         raise SimparError(f"--sequence-parallel: splits tensor-parallel layers; use --strategy tp or 3d, "
                           f"not {spec.name}")

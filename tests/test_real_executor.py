@@ -61,11 +61,13 @@ def _check_bytes(scenario, ranks):
 
 
 def _uneven(plan, rank) -> int:
-    """Shards are torch.tensor_split chunks, so a bucket that does not divide by the group size
+    """Shards are torch.tensor_split chunks (of each module alone when ZeRO-3 shards by module), so a
+    bucket (module) that does not divide by the group size
     gives its first ranks one element more than the simulator's mean; 0 when all divide."""
-    buckets = {(op.units, op.nbytes // op.itemsize) for op in plan.program_of(rank).ops
-               if isinstance(op, Collective) and op.op == "reducescatter"}
-    return sum(16 for _, numel in buckets if numel % plan.grid.dp)  # one element: weight + K bytes at most
+    buckets = {(op.units, i, piece // op.itemsize) for op in plan.program_of(rank).ops
+               if isinstance(op, Collective) and op.op == "reducescatter"
+               for i, piece in enumerate(op.pieces or (op.nbytes,))}
+    return sum(16 for *_, numel in buckets if numel % plan.grid.dp)  # one element: weight + K bytes at most
 
 
 UNTIED = ModelSpec("tiny-untied", layers=4, hidden=64, heads=4, ffn=256, vocab=256, seq=32, positions=32,
@@ -115,6 +117,23 @@ def test_sequence_parallelism_trains_like_one_process_and_sends_the_simulated_by
                              precision="fp32", optimizer=optimizer, topology="pcie", sequence_parallel=True)
     ranks = launch(run_rank, world, (scenario, STEPS, 0), timeout=240)
     _check_training(ranks, single_process(scenario, STEPS, 0), atol)
+    _check_bytes(scenario, ranks)
+
+
+@pytest.mark.parametrize("spec,kw", [
+    (model("tiny"), {}),  # tied: the head gathers the embedding's token table again
+    (UNTIED, {"recompute": "full"}),  # recomputation gathers every module again
+    (UNTIED, {"recompute": "full", "max_reuse_distance": 20_000, "microbatches": 2}),  # some modules kept
+    (model("tiny"), {"gather_granularity": "layer", "recompute": "full"}),
+])
+def test_zero3_by_module_trains_like_one_process_and_sends_the_simulated_bytes(spec, kw):
+    """DeepSpeed's granularity: one all-gather per module (each module sharded alone), gradients
+    reduce-scattered per unit in one coalesced call; bytes equal the simulator's."""
+    options = {"microbatches": 1, **kw}
+    scenario = make_scenario(spec, "zero3", 3, micro_batch=2, precision="fp32", optimizer="sgd",
+                             topology="pcie", **options)
+    ranks = launch(run_rank, 3, (scenario, STEPS, 0), timeout=240)
+    _check_training(ranks, single_process(scenario, STEPS, 0), 1e-6)
     _check_bytes(scenario, ranks)
 
 

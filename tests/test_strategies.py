@@ -47,9 +47,11 @@ def test_zero_formulas_for_mixed_precision_adam():
 @pytest.mark.parametrize("gpus", [2, 4, 8])
 @pytest.mark.parametrize("strategy,factor", [("ddp", 1.0), ("zero1", 1.0), ("zero2", 1.0), ("zero3", 1.5)])
 def test_traffic_per_rank(strategy, factor, gpus):
-    """ddp / zero1 / zero2 move 2(N-1)/N·Φ·2 bytes per rank per step; zero3 1.5 times that."""
+    """ddp / zero1 / zero2 move 2(N-1)/N·Φ·2 bytes per rank per step; zero3 gathering whole layers
+    1.5 times that (the ZeRO paper's count)."""
     expected = factor * 2 * (gpus - 1) * PHI * W // gpus
-    for rank in run(strategy, gpus).ranks:
+    options = {"gather_granularity": "layer"} if strategy == "zero3" else {}
+    for rank in run(strategy, gpus, **options).ranks:
         assert rank["bytes_sent"] == expected
         assert rank["bytes_received"] == expected
 
@@ -63,8 +65,11 @@ def test_worker_server_traffic(gpus):
 
 
 def test_zero2_and_zero3_reduce_every_microbatch_but_ddp_only_once():
-    one = {s: run(s, 4, microbatches=1).ranks[0]["bytes_sent"] for s in ("ddp", "zero2", "zero3")}
-    three = {s: run(s, 4, microbatches=3).ranks[0]["bytes_sent"] for s in ("ddp", "zero2", "zero3")}
+    layer = {"gather_granularity": "layer"}
+    one = {s: run(s, 4, microbatches=1, **layer if s == "zero3" else {}).ranks[0]["bytes_sent"]
+           for s in ("ddp", "zero2", "zero3")}
+    three = {s: run(s, 4, microbatches=3, **layer if s == "zero3" else {}).ranks[0]["bytes_sent"]
+             for s in ("ddp", "zero2", "zero3")}
     assert three["ddp"] == one["ddp"]
     reduce_scatter = 3 * PHI * W // 4  # one reduce-scatter of all gradients, (N-1)/N·Φ·2
     assert three["zero2"] == one["zero2"] + 2 * reduce_scatter

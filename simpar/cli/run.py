@@ -61,6 +61,12 @@ def register(sub) -> None:
                                   "(default ring; dp is always ps)")
     p.add_argument("--bucket", default="25MiB", help="DDP / ZeRO gradient bucket size (default 25MiB)")
     p.add_argument("--prefetch", default="1", help="ZeRO-3: units gathered ahead of compute (default 1)")
+    p.add_argument("--gather-granularity", help="ZeRO-3: all-gather the parameters a module at a time (module, "
+                                                "DeepSpeed's way and the default for zero3) or a layer at a time "
+                                                "(layer: the ZeRO paper's count, FSDP's usual wrapping)")
+    p.add_argument("--max-reuse-distance", default="0",
+                   help="ZeRO-3 by module: keep a gathered module if it runs again within this many parameters "
+                        "(DeepSpeed's stage3_max_reuse_distance; default 0: release after every use)")
     p.add_argument("--recompute", default="none", help=f"activation recomputation: {', '.join(RECOMPUTE)}")
     p.add_argument("--flash-attention", action="store_true", help="attention scores are never stored")
     p.add_argument("--sequence-parallel", action="store_true",
@@ -141,6 +147,8 @@ def scenario_and_notes(args) -> tuple[Scenario, list[str]]:
     options = {"bucket_bytes": units.whole_bytes(args.bucket, "--bucket"),
                "prefetch": units.positive_int(args.prefetch, "--prefetch", minimum=0),
                "grad_accum_dtype": args.grad_accum_dtype.strip().lower() if args.grad_accum_dtype else None,
+               "gather_granularity": args.gather_granularity.strip().lower() if args.gather_granularity else None,
+               "max_reuse_distance": units.positive_int(args.max_reuse_distance, "--max-reuse-distance", minimum=0),
                **options}
     scenario = make_scenario(
         spec, strategy, gpus, topology="cpu-host" if compare else args.topology or "dgx-a100",

@@ -93,6 +93,19 @@ class ModelSpec:
     def final_norm_params(self) -> int:
         return self._norm_params()
 
+    def unit_modules(self, kind: str) -> tuple[tuple[str, int], ...]:
+        """(name, parameters) of each parameterised module of a unit (kind embedding, layer or head),
+        in registration order (simpar.real.model's): what a framework that gathers ZeRO-3 parameters
+        module by module (DeepSpeed) gathers at once. A tied head's output weight is the embedding's."""
+        h, kv, f, b = self.hidden, self.kv_dim, self.ffn, int(self.bias)
+        if kind == "embedding":
+            return (("tokens", self.vocab * h),) + ((("positions", self.positions * h),) if self.positions else ())
+        if kind == "head":
+            return (("norm", self._norm_params()),) + (() if self.tied_embeddings else (("out", self.vocab * h),))
+        linear = (("q", h * h + b * h), ("k", h * kv + b * kv), ("v", h * kv + b * kv), ("o", h * h + b * h),
+                  ("up", h * f + b * f)) + ((("gate", h * f + b * f),) if self.activation == "swiglu" else ())
+        return (("norm1", self._norm_params()), ("norm2", self._norm_params())) + linear + (("down", f * h + b * h),)
+
     def vocab_per_tp_rank(self, tp: int) -> int:
         """Rows of the vocabulary-parallel embedding (and head) per rank; Megatron pads the vocabulary
         up to a multiple of tp."""

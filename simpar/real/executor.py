@@ -24,7 +24,7 @@ from simpar.plan import Alloc, Collective, Compute, Copy, Free, Recv, Send, op_l
 from simpar.real.comm import CountingComm, NativeComm
 from simpar.real.instrument import Recorder, SavedActivations
 from simpar.real.model import build_model, synthetic_batch
-from simpar.real.states import ModelStates, make_optimizer
+from simpar.real.states import ModelStates, make_optimizer, module_parameters
 from simpar.real.sequence_parallel import SequenceParallelModel, gather_sequence, scatter_sequence
 from simpar.real.tensor_parallel import TensorParallelModel, gather_full_parameters
 from simpar.scenario import Scenario
@@ -89,8 +89,11 @@ class RankExecutor:
         held = sorted({op.unit for op in self.program.ops if isinstance(op, Compute) and op.unit >= 0})
         buckets = list(dict.fromkeys(op.units for op in self.program.ops
                                      if isinstance(op, Collective) and op.op == "reducescatter" and op.group != "tp"))
+        modules = None
+        if scenario.strategy.name == "zero3" and scenario.gather_granularity == "module":
+            modules = [module_parameters(unit) for unit in self.model.units]
         self.states = ModelStates(self.unit_params, held, self.program, scenario, buckets, len(self.group),
-                                  self.index, ctx.rank)
+                                  self.index, ctx.rank, modules)
         self.pending_sends: list = []
         self.next_compute: dict[int, tuple[int, int]] = {}  # op id -> (unit, micro-batch) of the next compute
         upcoming = None
@@ -126,7 +129,10 @@ class RankExecutor:
             started = self.recorder.clock()
             with self.ctx.op(f"step {step} op {op.id}: {op_label(op)}"):
                 if isinstance(op, Free) and op.units and op.payload.startswith("params"):
-                    self.states.release(op.units)
+                    if op.modules:
+                        self.states.release_module(op.units[0], op.modules[0])
+                    else:
+                        self.states.release(op.units)
                 if isinstance(op, (Alloc, Free)):
                     self._sample()
                     continue
@@ -271,7 +277,16 @@ class RankExecutor:
             states.unflatten(op.units, self._reduce(op, states.flat(op.units, "grad")) / n, "grad")
         elif op.op == "reducescatter" and op.payload == "grads":
             flat = states.flat(op.units, "grad")
-            states.reduced(op.units, flat, self._reduce(op, flat) / n)
+            if op.pieces:  # coalesced: each module's gradients reduce-scattered on their own, in one call
+                mine = torch.cat([self._reduce(op, piece) for piece in torch.split(flat, states.pieces(op.units))])
+            else:
+                mine = self._reduce(op, flat)
+            states.reduced(op.units, flat, mine / n)
+        elif op.op == "allgather" and op.payload == "params" and op.modules:
+            unit, module = op.units[0], op.modules[0]
+            whole = self.comm.ring_all_gather(states.module_shard(unit, module).detach(),
+                                              states.module_numel(unit, module), self.group)
+            states.gathered_module(unit, module, whole)
         elif op.op == "allgather" and op.payload == "params":
             shard = states.shards[op.units].detach()
             states.gathered(op.units, self.comm.ring_all_gather(shard, states.numel(op.units), self.group))
@@ -299,8 +314,7 @@ def _train(ctx, executor: RankExecutor, steps: int) -> dict:
     if states.params_sharded:  # parameters stay sharded after the step: gather
         final = CountingComm(ctx.rank)  # them to report, outside the counted traffic
         for units in states.optimized:
-            whole = final.ring_all_gather(states.shard_to_report(units).detach(), states.numel(units), executor.group)
-            states.unflatten(units, whole, "data", view=True)
+            states.unflatten(units, states.gather_whole(final, units, executor.group), "data", view=True)
     if isinstance(executor.model, TensorParallelModel):
         whole = gather_full_parameters(executor.model, CountingComm(ctx.rank), executor.tp_group)
         params = {u: whole[u] for u in states.held}

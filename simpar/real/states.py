@@ -47,14 +47,25 @@ def fresh_state(optimizer: torch.optim.Optimizer, param: torch.Tensor) -> dict[s
     return {}
 
 
+def module_parameters(unit: torch.nn.Module) -> list[list[torch.nn.Parameter]]:
+    """A unit's parameters grouped by the submodule that owns them, in registration order (the
+    modules ModelSpec.unit_modules lists)."""
+    groups: dict[str, list[torch.nn.Parameter]] = {}
+    for name, p in unit.named_parameters():
+        groups.setdefault(name.split(".")[0], []).append(p)
+    return list(groups.values())
+
+
 def _name(what: str, units: tuple[int, ...]) -> str:
     return f"{what}-units{units[0]}-{units[-1]}"
 
 
 class ModelStates:
     def __init__(self, unit_params: list[list[torch.nn.Parameter]], held: list[int], program: Program,
-                 scenario: Scenario, buckets: list[tuple[int, ...]], group_size: int, index: int, rank: int):
+                 scenario: Scenario, buckets: list[tuple[int, ...]], group_size: int, index: int, rank: int,
+                 modules: list[list[list[torch.nn.Parameter]]] | None = None):
         self.unit_params, self.held, self.n, self.index = unit_params, held, group_size, index
+        self.modules = modules  # ZeRO-3 by module: each unit's modules' parameters; every module sharded alone
         self.params = [p for u in held for p in unit_params[u]]
         self.device = self.params[0].device if self.params else torch.device("cpu")
         self.shapes = {id(p): p.shape for params in unit_params for p in params}
@@ -72,7 +83,7 @@ class ModelStates:
         self.host_grads: dict[tuple[int, ...], torch.Tensor] = {}
         for units in buckets:
             flat = self.flat(units, "data")
-            chunk = torch.tensor_split(flat, self.n)[index]
+            chunk = self._chunk(units, flat)
             if self.params_sharded:  # ZeRO-3: the shard alone; the whole is gathered when used
                 self.shards[units] = chunk.clone()
                 self.release(units)
@@ -108,6 +119,52 @@ class ModelStates:
 
     def numel(self, units) -> int:
         return sum(self.shapes[id(p)].numel() for u in units for p in self.unit_params[u])
+
+    # -- ZeRO-3 by module: a unit's shard is its modules' chunks, one after another -------------
+    def pieces(self, units) -> list[int]:
+        """Elements of each separately sharded piece of a bucket: its modules, or the bucket whole."""
+        if self.modules is None:
+            return [self.numel(units)]
+        return [sum(self.shapes[id(p)].numel() for p in module) for u in units for module in self.modules[u]]
+
+    def _chunk_len(self, numel: int) -> int:
+        """Elements of this rank's torch.tensor_split chunk of ``numel`` elements."""
+        return numel // self.n + (self.index < numel % self.n)
+
+    def _chunk(self, units, flat: torch.Tensor) -> torch.Tensor:
+        """This rank's shard of ``flat`` (the bucket's elements): torch.tensor_split chunk of each piece."""
+        pieces = self.pieces(units)
+        if len(pieces) == 1:
+            return torch.tensor_split(flat, self.n)[self.index]
+        return torch.cat([torch.tensor_split(piece, self.n)[self.index] for piece in torch.split(flat, pieces)])
+
+    def module_shard(self, unit: int, module: int) -> torch.Tensor:
+        lengths = [self._chunk_len(numel) for numel in self.pieces((unit,))]
+        start = sum(lengths[:module])
+        return self.shard_to_report((unit,))[start:start + lengths[module]]
+
+    def module_numel(self, unit: int, module: int) -> int:
+        return self.pieces((unit,))[module]
+
+    def gathered_module(self, unit: int, module: int, full: torch.Tensor) -> None:
+        offset = 0
+        for p in self.modules[unit][module]:
+            numel = self.shapes[id(p)].numel()
+            p.data = full[offset:offset + numel].view(self.shapes[id(p)])
+            offset += numel
+
+    def release_module(self, unit: int, module: int) -> None:
+        for p in self.modules[unit][module]:
+            p.data = torch.empty(0, dtype=p.dtype, device=p.device)
+
+    def gather_whole(self, comm, units, group: list[int]) -> torch.Tensor:
+        """The bucket's whole parameters from every rank's shard (for reporting: not the Plan's traffic)."""
+        shard, whole, start = self.shard_to_report(units).detach(), [], 0
+        for numel in self.pieces(units):
+            length = self._chunk_len(numel)
+            whole.append(comm.ring_all_gather(shard[start:start + length].contiguous(), numel, group))
+            start += length
+        return torch.cat(whole)
 
     def unflatten(self, units, flat: torch.Tensor, what: str, view: bool = False) -> None:
         """Gradients become views of ``flat``; parameters too with ``view``, else it is copied into them."""

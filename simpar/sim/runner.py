@@ -189,12 +189,13 @@ class Simulator:
         groups = self._groups[(pi, op.group)]
         if len(groups[0]) < 2:
             return None
-        key = (op.op, op.algo, pi, op.group, op.nbytes, op.itemsize)
+        key = (op.op, op.algo, pi, op.group, op.nbytes, op.pieces, op.itemsize)
         entry = self._entries.get(key)
         if entry is None:
             gpus = self.topology.gpus
-            phases = merge_phases(*(expand(op.op, op.algo, self.topology, [gpus[r] for r in g], op.nbytes,
-                                           itemsize=op.itemsize) for g in groups))
+            # a coalesced call (pieces) runs its tensors' schedules side by side: one call, one latency
+            phases = merge_phases(*(expand(op.op, op.algo, self.topology, [gpus[r] for r in g], size,
+                                           itemsize=op.itemsize) for g in groups for size in op.pieces or (op.nbytes,)))
             entry = self._entries[key] = _CollectiveEntry(drop_empty(phases))
             entry.protocol = protocol_for(self.topology, op.algo or "ring", entry.phases)
         entry.calls += 1

@@ -1,5 +1,7 @@
 """ZeRO stage 3: parameters, gradients and optimizer states all split across the data-parallel
-group. Each unit's parameters are all-gathered just before its forward and again before its
+group. Module by module (DeepSpeed, the default for zero3): zero3_modules.py. Layer by layer
+(``--gather-granularity layer``, FSDP's usual wrapping, and the offload variants): each unit's
+parameters are all-gathered just before its forward and again before its
 backward (``prefetch`` units ahead, so the gather hides behind compute), dropped after use, and
 its gradients are reduce-scattered straight after its backward. Per rank per micro-batch that is
 3Φ elements of traffic against DDP's 2Φ.
@@ -14,6 +16,7 @@ from dataclasses import dataclass
 
 from simpar.plan import Collective, Grid, Plan, Program
 from simpar.scenario import Scenario
+from simpar.strategies import zero3_modules
 from simpar.strategies.work import Work
 
 
@@ -29,6 +32,8 @@ class _Hooks:
 
 
 def build(scenario: Scenario, params_memory: str = "gpu", optimizer_memory: str = "gpu", **hooks) -> Plan:
+    if scenario.gather_granularity == "module":
+        return zero3_modules.build(scenario)
     spec = scenario.strategy
     hooks = _Hooks(**hooks)
     work = Work(scenario)

@@ -1,0 +1,85 @@
+"""ZeRO-3 module by module (DeepSpeed's granularity): which module gathers a step needs, exactly."""
+
+import pytest
+
+from simpar.errors import SimparError
+from simpar.models import model
+from simpar.plan import Collective
+from simpar.real.model import build_model
+from simpar.real.states import module_parameters
+from simpar.scenario import make_scenario
+from simpar.sim import simulate
+from simpar.strategies import build_plan
+
+TINY = model("tiny")  # tied embedding; every module divides by 4
+W, N = 2, 4  # bf16, ranks
+
+
+def _sent(**kw) -> int:
+    return simulate(make_scenario(TINY, "zero3", N, **kw)).ranks[0]["bytes_sent"]
+
+
+def _ring(params: int) -> int:
+    return (N - 1) * W * params // N
+
+
+@pytest.mark.parametrize("name", ["tiny", "gpt2", "llama2-7b"])
+def test_modules_are_the_executor_models_modules(name):
+    spec = model(name)
+    if spec.layers > 2:  # the same shapes, fewer layers: the modules of a unit do not depend on depth
+        spec = model(name).__class__(**{**spec.__dict__, "layers": 1, "hidden": 128, "heads": 4,
+                                        "kv_heads": min(spec.n_kv_heads, 4) if spec.kv_heads else None,
+                                        "ffn": 256, "vocab": 512})
+    real = build_model(spec)
+    for unit, kind in ((0, "embedding"), (1, "layer"), (spec.layers + 1, "head")):
+        sizes = [sum(p.numel() for p in module) for module in module_parameters(real.units[unit])]
+        assert sizes == [params for _, params in spec.unit_modules(kind)]
+
+
+def test_every_use_gathers_without_reuse_or_prefetch():
+    """Forward and backward gather each module (a tied head the embedding's table too); gradients
+    are reduce-scattered once: 2(Φ + V·h) + Φ per micro-batch."""
+    table = TINY.vocab * TINY.hidden
+    assert _sent(prefetch=0, microbatches=2) == 2 * (_ring(2 * (TINY.params + table)) + _ring(TINY.params))
+
+
+def test_recomputation_gathers_each_layer_again():
+    layers = TINY.layers * TINY.layer_params()
+    plain = _sent(prefetch=0)
+    assert _sent(prefetch=0, recompute="full") == plain + _ring(layers)
+    # gathering whole layers, the backward's gather serves the recomputation
+    assert _sent(gather_granularity="layer", recompute="full") == _sent(gather_granularity="layer")
+
+
+def test_modules_used_again_soon_stay_gathered():
+    # the head's backward directly follows its forward: prefetched, so kept (its modules not gathered again)
+    table = TINY.vocab * TINY.hidden
+    head = TINY.final_norm_params() + table
+    assert _sent(prefetch=1) == _sent(prefetch=0) - _ring(head)
+    # within DeepSpeed's reuse distance everything stays: one gather per module per step
+    assert _sent(max_reuse_distance=10**12, microbatches=3) == _ring(TINY.params) + 3 * _ring(TINY.params)
+
+
+def test_one_all_gather_per_module_and_a_coalesced_reduce_scatter_per_unit():
+    plan = build_plan(make_scenario(TINY, "zero3", N, prefetch=0))
+    ops = [op for op in plan.programs[0].ops if isinstance(op, Collective)]
+    modules = 2 + TINY.layers * 8 + 1  # embedding (tokens, positions), layers, head norm
+    assert sum(op.op == "allgather" for op in ops) == 2 * (modules + 1)  # + the tied table, twice
+    scatters = [op for op in ops if op.op == "reducescatter"]
+    assert len(scatters) == TINY.layers + 2 and all(sum(op.pieces) == op.nbytes for op in scatters)
+
+
+def test_module_gathers_cost_latency_at_scale():
+    gpt = model("gpt2-xl")
+    layer = simulate(make_scenario(gpt, "zero3", 64, gather_granularity="layer"))
+    module = simulate(make_scenario(gpt, "zero3", 64))
+    assert module.step_time_s > layer.step_time_s
+
+
+@pytest.mark.parametrize("options,field", [({"gather_granularity": "modules"}, "--gather-granularity"),
+                                           ({"max_reuse_distance": -1}, "--max-reuse-distance")])
+def test_bad_zero3_options_name_the_flag(options, field):
+    with pytest.raises(SimparError, match=field):
+        make_scenario(TINY, "zero3", N, **options)
+    with pytest.raises(SimparError, match="--gather-granularity"):
+        make_scenario(TINY, "zero2", N, gather_granularity="module")

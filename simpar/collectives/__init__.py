@@ -121,7 +121,12 @@ def expand(op: str, algo: str | None, topology: Topology, group: list[str], nbyt
 @lru_cache(maxsize=2**16)
 def _phase_classes(topology: Topology, phase: Phase) -> tuple[str, ...]:
     """The latency class of each transfer's route (asked once per protocol and per call: cached)."""
-    return tuple(nccl.latency_class(topology.route_kinds(t.src, t.dst)) for t in phase.transfers)
+    return tuple(_latency_class(topology, t.src, t.dst) for t in phase.transfers)
+
+
+@lru_cache(maxsize=2**20)
+def _latency_class(topology: Topology, src: str, dst: str) -> str:
+    return nccl.latency_class(topology.route_kinds(src, dst))
 
 
 def phase_latency(topology: Topology, proto: nccl.Protocol, phase: Phase) -> float:
@@ -140,8 +145,7 @@ def protocol_for(topology: Topology, algo: str, phases: list[Phase]) -> nccl.Pro
         return None
     if algo == "nvls":
         return nccl.NVLS
-    capacity = topology.capacities
-    wire_time = sum(max(t.nbytes / min(capacity[list(topology.route(t.src, t.dst))]) for t in phase.transfers)
+    wire_time = sum(max(t.nbytes / topology.bottleneck(t.src, t.dst) for t in phase.transfers)
                     for phase in phases)
     return min(nccl.PROTOCOLS, key=lambda p: p.base_latency + wire_time / p.wire_fraction
                + sum(phase_latency(topology, p, phase) for phase in phases))

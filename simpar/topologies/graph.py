@@ -65,6 +65,7 @@ class Topology:
         self._adjacency_index: dict[str, dict] | None = None
         self.route = lru_cache(maxsize=None)(self._route)
         self.route_latency = lru_cache(maxsize=None)(self._route_latency)
+        self.bottleneck = lru_cache(maxsize=None)(self._bottleneck)
 
     # -- building -------------------------------------------------------------------------
     def add_node(self, name: str, kind: str, machine: int | None = 0, spec=None,
@@ -103,6 +104,7 @@ class Topology:
             for channel in (self._channel_ids[(a, b)], self._channel_ids[(b, a)]):
                 forward = channel % 2 == 0  # connect() adds a link's forward channel first
                 self._capacity[channel] = link.rate(forward) * link.efficiency
+        self.bottleneck.cache_clear()
 
     # -- queries --------------------------------------------------------------------------
     @property
@@ -126,6 +128,10 @@ class Topology:
 
     def route_kinds(self, src: str, dst: str) -> tuple[str, ...]:
         return tuple(self._kind[c] for c in self.route(src, dst))
+
+    def _bottleneck(self, src: str, dst: str) -> float:
+        """The smallest capacity (bytes/s) on the route."""
+        return float(min((self._capacity[c] for c in self.route(src, dst)), default=math.inf))
 
     def _route_latency(self, src: str, dst: str) -> float:
         return float(sum(self._latency[c] for c in self.route(src, dst)))

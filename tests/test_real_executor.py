@@ -137,6 +137,17 @@ def test_zero3_by_module_trains_like_one_process_and_sends_the_simulated_bytes(s
     _check_bytes(scenario, ranks)
 
 
+@pytest.mark.parametrize("granularity", ["module", "layer"])
+def test_zero3_on_one_rank_holds_everything(granularity):
+    """One rank: the shard is the whole, gathers move nothing and nothing is released (found on a GPU
+    machine with one GPU)."""
+    scenario = make_scenario(model("tiny"), "zero3", 1, micro_batch=2, precision="fp32", optimizer="sgd",
+                             topology="pcie", gather_granularity=granularity)
+    ranks = launch(run_rank, 1, (scenario, STEPS, 0), timeout=240)
+    _check_training(ranks, single_process(scenario, STEPS, 0), 1e-6)
+    _check_bytes(scenario, ranks)
+
+
 def test_full_recomputation_trains_like_one_process_and_keeps_fewer_activations():
     kw = dict(micro_batch=2, microbatches=2, precision="fp32", optimizer="sgd", topology="pcie")
     plain = launch(run_rank, 2, (make_scenario(UNTIED, "zero3", 2, **kw), 1, 0), timeout=240)

@@ -128,7 +128,8 @@ class RankExecutor:
         for op in self.program.ops:
             started = self.recorder.clock()
             with self.ctx.op(f"step {step} op {op.id}: {op_label(op)}"):
-                if isinstance(op, Free) and op.units and op.payload.startswith("params"):
+                if (isinstance(op, Free) and op.units and op.payload.startswith("params")
+                        and self.states.params_sharded):  # (on one rank ZeRO-3 holds everything)
                     if op.modules:
                         self.states.release_module(op.units[0], op.modules[0])
                     else:
@@ -282,6 +283,8 @@ class RankExecutor:
             else:
                 mine = self._reduce(op, flat)
             states.reduced(op.units, flat, mine / n)
+        elif op.op == "allgather" and op.payload == "params" and not states.params_sharded:
+            return  # one rank: its shard is the whole
         elif op.op == "allgather" and op.payload == "params" and op.modules:
             unit, module = op.units[0], op.modules[0]
             whole = self.comm.ring_all_gather(states.module_shard(unit, module).detach(),

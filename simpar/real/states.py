@@ -65,7 +65,6 @@ class ModelStates:
                  scenario: Scenario, buckets: list[tuple[int, ...]], group_size: int, index: int, rank: int,
                  modules: list[list[list[torch.nn.Parameter]]] | None = None):
         self.unit_params, self.held, self.n, self.index = unit_params, held, group_size, index
-        self.modules = modules  # ZeRO-3 by module: each unit's modules' parameters; every module sharded alone
         self.params = [p for u in held for p in unit_params[u]]
         self.device = self.params[0].device if self.params else torch.device("cpu")
         self.shapes = {id(p): p.shape for params in unit_params for p in params}
@@ -73,6 +72,8 @@ class ModelStates:
         whole = scenario.train.weight_bytes * sum(p.numel() for p in self.params)
         self.grads_sharded = _gpu_bytes(program, "grads") < whole  # live only as the reduced shard
         self.params_sharded = _gpu_bytes(program, "params") < whole  # no rank holds the updated whole
+        # ZeRO-3 by module: each unit's modules' parameters, every module sharded alone (one rank: none is)
+        self.modules = modules if self.params_sharded else None
         self.offload = any(isinstance(op, Copy) for op in program.ops)
         self.nvme = NVMeStore(rank) if any(isinstance(op, Copy) and "nvme" in (op.src, op.dst)
                                            for op in program.ops) else None

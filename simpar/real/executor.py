@@ -283,7 +283,7 @@ class RankExecutor:
             else:
                 mine = self._reduce(op, flat)
             states.reduced(op.units, flat, mine / n)
-        elif op.op == "allgather" and op.payload == "params" and not states.params_sharded:
+        elif op.op == "allgather" and op.payload == "params" and n == 1:
             return  # one rank: its shard is the whole
         elif op.op == "allgather" and op.payload == "params" and op.modules:
             unit, module = op.units[0], op.modules[0]

@@ -62,11 +62,20 @@ def max_min_rates(entry_flow: np.ndarray, entry_channel: np.ndarray, capacity: n
     Each round finds the channel(s) whose remaining capacity split over their unfrozen flows is
     smallest, freezes those flows at that share, and takes their rate off every channel they use.
     """
-    channels, local = np.unique(entry_channel, return_inverse=True)
+    channels, local, users = np.unique(entry_channel, return_inverse=True, return_counts=True)
     cap = capacity[channels].astype(float)
     rate = np.zeros(n_flows)
-    frozen = np.zeros(n_flows, dtype=bool)
-    live = np.ones(len(entry_flow), dtype=bool)
+    # a flow that shares none of its channels runs at its route's bottleneck and slows no one: set
+    # those at once (most flows of a pipeline's sends), and fill progressively only among the rest
+    shared = np.zeros(n_flows, dtype=bool)
+    shared[entry_flow[users[local] > 1]] = True
+    alone = ~shared[entry_flow]
+    if alone.any():
+        bottleneck = np.full(n_flows, np.inf)
+        np.minimum.at(bottleneck, entry_flow[alone], np.maximum(cap[local[alone]], 0.0))
+        rate[~shared] = bottleneck[~shared]
+    frozen = ~shared
+    live = ~alone
     while live.any():
         counts = np.bincount(local[live], minlength=len(channels))
         share = np.full(len(channels), np.inf)
@@ -131,14 +140,14 @@ class Network:
             nbytes = int(nbytes)
             record = TransferRecord(tag, src, dst, nbytes, steps, float(self.env.now))
             self.timeline.append(record)
-            route = self.topology.route(src, dst)
-            if not route or nbytes <= 0:
+            route = self.topology.route_array(src, dst)
+            if not len(route) or nbytes <= 0:
                 record.end = record.start
                 continue
             self.sent[src] += nbytes
             self.received[dst] += nbytes
-            self.channel_bytes[list(route)] += nbytes  # a route never repeats a channel
-            flow = _Flow(np.asarray(route, dtype=np.int64), nbytes / wire_fraction, record, finish)
+            self.channel_bytes[route] += nbytes  # a route never repeats a channel
+            flow = _Flow(route, nbytes / wire_fraction, record, finish)
             delay = steps * self.topology.route_latency(src, dst) if latency is None else latency
             by_latency[delay].append(flow)
             pending[0] += 1

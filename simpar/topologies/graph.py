@@ -66,6 +66,7 @@ class Topology:
         self.route = lru_cache(maxsize=None)(self._route)
         self.route_latency = lru_cache(maxsize=None)(self._route_latency)
         self.bottleneck = lru_cache(maxsize=None)(self._bottleneck)
+        self.route_array = lru_cache(maxsize=None)(self._route_array)  # read-only: shared by every flow
 
     # -- building -------------------------------------------------------------------------
     def add_node(self, name: str, kind: str, machine: int | None = 0, spec=None,
@@ -128,6 +129,11 @@ class Topology:
 
     def route_kinds(self, src: str, dst: str) -> tuple[str, ...]:
         return tuple(self._kind[c] for c in self.route(src, dst))
+
+    def _route_array(self, src: str, dst: str) -> np.ndarray:
+        array = np.asarray(self.route(src, dst), dtype=np.int64)
+        array.flags.writeable = False
+        return array
 
     def _bottleneck(self, src: str, dst: str) -> float:
         """The smallest capacity (bytes/s) on the route."""

@@ -71,9 +71,9 @@ def _run(scenario, replay=True) -> Simulator:
 def step_time(case: dict) -> float:
     scenario = _scenario(case)
     p, m = scenario.strategy.pp, scenario.microbatches
-    points = extrapolation_points(m, p)
+    points = extrapolation_points(m, p, p if scenario.strategy.schedule == "interleaved" else 1)
     replay = True if points == [m] else "always"
-    return extrapolate([float(_run(_scenario(case, k), replay=replay).env.now) for k in points], m, p)
+    return extrapolate([float(_run(_scenario(case, k), replay=replay).env.now) for k in points], points, m)
 
 
 def layer_time(case: dict, phase: str) -> float:

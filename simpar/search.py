@@ -88,16 +88,19 @@ def candidates(model: ModelSpec, gpus: int, global_batch: int, gpus_per_machine:
     return out
 
 
-def extrapolation_points(m: int, base: int) -> list[int]:
-    """Micro-batch counts to simulate for a step of ``m``: base and 2·base (base = pp, the pipeline's
-    depth; 1 without one), or m itself when that is no longer."""
-    return [base, 2 * base] if m > 2 * base else [m]
+def extrapolation_points(m: int, base: int, period: int = 1) -> list[int]:
+    """Micro-batch counts to simulate for a step of ``m``: ``base`` (the pipeline's depth, 1 without
+    one; by then every stage is busy) and one ``period`` more (1 micro-batch; an interleaved schedule
+    repeats every ``base``), or m itself when that is no longer."""
+    return [base, base + period] if m > base + period else [m]
 
 
-def extrapolate(times: list[float], m: int, base: int) -> float:
-    """The step time at ``m`` micro-batches from the times at ``extrapolation_points(m, base)``: once
-    the pipeline is full each micro-batch more adds the same forward and backward on the slowest stage."""
-    return times[0] if len(times) == 1 else times[1] + (m - 2 * base) * (times[1] - times[0]) / base
+def extrapolate(times: list[float], points: list[int], m: int) -> float:
+    """The step time at ``m`` micro-batches from the times at ``points``: once the pipeline is full
+    each period more adds the same work on the slowest stage, so the time is affine in m."""
+    if len(times) == 1:
+        return times[0]
+    return times[1] + (m - points[1]) * (times[1] - times[0]) / (points[1] - points[0])
 
 
 class Search:
@@ -140,7 +143,7 @@ class Search:
         except SimparError as exc:
             return Outcome(c, "invalid", reason=str(exc))
         m, base = scenario.microbatches, c.pp
-        points = extrapolation_points(m, base)
+        points = extrapolation_points(m, base, base if c.schedule == "interleaved" else 1)
         times, peak = [], 0
         for microbatches in points:
             short = scenario if microbatches == m else self.scenario(c, microbatches)
@@ -154,7 +157,7 @@ class Search:
             except SimparError as exc:
                 return Outcome(c, "oom", peak_bytes=peak, reason=str(exc).split(";")[0])
             times.append(Simulator(plan, short, self.topology, replay="always").run())  # the step time only
-        return Outcome(c, "fits", extrapolate(times, m, base), peak, extrapolated=len(times) > 1)
+        return Outcome(c, "fits", extrapolate(times, points, m), peak, extrapolated=len(times) > 1)
 
 
 def ranked(outcomes: list[Outcome]) -> list[Outcome]:

@@ -204,3 +204,16 @@ def test_serial_pricing_runs_every_op_one_after_another(strategy):
     serial = simulate(scenario, serial=True)
     assert serial.step_time_s == pytest.approx(sum(serial.ranks[0]["op_time"].values()), rel=1e-9)
     assert serial.step_time_s >= overlapped.step_time_s
+
+
+def test_progress_is_told_as_ops_complete():
+    """Long runs show a bar (simpar run): the simulator reports every PROGRESS_EVERY ops done."""
+    from simpar.sim.runner import PROGRESS_EVERY
+
+    scenario = make_scenario(model("gpt2"), "3d", 16, pp=4, tp=2, microbatches=32)
+    plan = build_plan(scenario)
+    told = []
+    sim = Simulator(plan, scenario, build_topology(scenario), progress=told.append)
+    sim.run()
+    total = sum(len(p.ops) for p in plan.programs)
+    assert sim.ops_done == total and told == list(range(PROGRESS_EVERY, total + 1, PROGRESS_EVERY))

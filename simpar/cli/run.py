@@ -195,7 +195,8 @@ def run(args) -> int:
             profile.apply(topology)
         else:
             topology = profile.topology(scenario.cluster.gpus, scenario.train.precision)
-    result = simulate(scenario, topology=topology, replay=not args.no_replay, record_links=bool(args.trace))
+    result = simulate(scenario, topology=topology, replay=not args.no_replay, record_links=bool(args.trace),
+                      progress=True)
     wrote = write_figures(args, scenario, {"scenario": scenario_json(scenario),
                                            "sim": result.to_json(timeline=True, ops=True, links=True)})
     if args.json and write_json({"scenario": scenario_json(scenario), "inputs": notes,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tqdm import tqdm
+
 from simpar import topologies
 from simpar.flops import utilisation
 from simpar.plan import CATEGORIES, OP_CLASSES, Plan, op_class
@@ -49,7 +51,7 @@ def build_topology(scenario: Scenario) -> Topology:
 
 def simulate(scenario: Scenario, topology: Topology | None = None, plan: Plan | None = None,
              replay: bool = True, check_oom: bool = True, serial: bool = False,
-             record_links: bool = False) -> SimResult:
+             record_links: bool = False, progress: bool = False) -> SimResult:
     """Simulate one training step. Raises SimparError (naming rank and category) on OOM.
     ``serial`` prices each rank's ops one after another, as the reference executor runs them;
     ``record_links`` keeps every link's utilisation over time (and so simulates without replay)."""
@@ -59,8 +61,13 @@ def simulate(scenario: Scenario, topology: Topology | None = None, plan: Plan | 
     if check_oom:
         check_memory(scenario, plan, gpu, topology)
     serial = serial or not scenario.strategy.overlap_comm
-    sim = Simulator(plan, scenario, topology, replay=replay, serial=serial, record_links=record_links)
-    step_time = sim.run()
+    total = sum(len(p.ops) for p in plan.programs)
+    # a bar on a terminal, for runs that take more than a couple of seconds (tqdm's delay)
+    with tqdm(total=total, unit="op", desc="simulating", delay=2, disable=None if progress else True,
+              leave=False) as bar:
+        sim = Simulator(plan, scenario, topology, replay=replay, serial=serial, record_links=record_links,
+                        progress=lambda done: bar.update(done - bar.n))
+        step_time = sim.run()
     if check_oom:  # streams may overlap allocations more than program order suggests
         check_memory(scenario, plan, gpu, topology, trackers=sim.memory)
     ranks, totals = [], dict.fromkeys(PARTS, 0.0)

@@ -40,6 +40,7 @@ from simpar.sim.tracker import MemoryTracker
 from simpar.topologies.graph import Topology
 
 NETWORK_OPS = (Collective, Send, Copy)
+PROGRESS_EVERY = 4096
 
 
 class _CollectiveEntry:
@@ -62,7 +63,7 @@ class _CollectiveEntry:
 
 class Simulator:
     def __init__(self, plan: Plan, scenario: Scenario, topology: Topology, replay: bool = True,
-                 serial: bool = False, record_links: bool = False):
+                 serial: bool = False, record_links: bool = False, progress=None):
         if len(topology.gpus) < plan.grid.world:
             raise SimparError(f"--gpus: the plan needs {plan.grid.world} GPUs, topology has {len(topology.gpus)}")
         self.plan, self.scenario, self.topology = plan, scenario, topology
@@ -93,6 +94,8 @@ class Simulator:
         # serial: every op of a program one after another in program order, as the reference executor
         # performs them (sends still leave without waiting, like its isend); otherwise streams overlap
         self.serial = serial
+        self.progress = progress  # progress(ops done): told every PROGRESS_EVERY ops (a progress bar)
+        self.ops_done = 0
 
     def _machine_nodes(self) -> dict:
         nodes: dict = defaultdict(dict)
@@ -140,6 +143,9 @@ class Simulator:
                 yield action
             times[op.id] = (ready, start, self.env.now)
             done[op.id].succeed()
+            self.ops_done += 1
+            if self.progress is not None and self.ops_done % PROGRESS_EVERY == 0:
+                self.progress(self.ops_done)
 
     def _perform(self, pi: int, op):
         prog = self.plan.programs[pi]

@@ -26,6 +26,7 @@ from simpar.models import ModelSpec
 from simpar.plan import Compute
 from simpar.scenario import make_scenario
 from simpar.search import extrapolate, extrapolation_points
+from simpar.sim import fast
 from simpar.sim.runner import Simulator
 from simpar.strategies import build_plan
 
@@ -68,12 +69,21 @@ def _run(scenario, replay=True) -> Simulator:
     return sim
 
 
-def step_time(case: dict) -> float:
+def step_time(case: dict, exact: bool = False) -> float:
+    """The step at the case's micro-batch count, extrapolated from the pipeline's period; each point
+    on the fast path (sim/fast.py), or with ``exact`` the full simulation (contention between
+    overlapping transfers included)."""
     scenario = _scenario(case)
     p, m = scenario.strategy.pp, scenario.microbatches
     points = extrapolation_points(m, p, p if scenario.strategy.schedule == "interleaved" else 1)
-    replay = True if points == [m] else "always"
-    return extrapolate([float(_run(_scenario(case, k), replay=replay).env.now) for k in points], points, m)
+    times, topology = [], topologies.build(scenario.cluster.topology, scenario.cluster.gpus)  # routes found once
+    network_times: dict = {}
+    for k in points:
+        short = _scenario(case, k)
+        plan = build_plan(short)
+        times.append(Simulator(plan, short, topology).run() if exact
+                      else fast.step_time(plan, short, topology, network_times))
+    return extrapolate(times, points, m)
 
 
 def layer_time(case: dict, phase: str) -> float:
@@ -91,7 +101,7 @@ def layer_time(case: dict, phase: str) -> float:
     return abs(starts[nxt] - starts[2])
 
 
-def simulate_case(case: dict) -> float:
+def simulate_case(case: dict, exact: bool = False) -> float:
     q = case["quantity"]
     if q == "busbw_GBps":
         c = case["collective"]
@@ -100,7 +110,7 @@ def simulate_case(case: dict) -> float:
     if q in ("layer_forward_ms", "layer_backward_ms"):
         return 1e3 * layer_time(case, "fwd" if q == "layer_forward_ms" else "bwd")
     if q == "tflops_per_gpu":
-        t = step_time(case)
+        t = step_time(case, exact)
         m, lay, batch = case["model"], case["layout"], case["batch"]
         if case.get("flops", "model") == "narayanan":
             s, h, l, v = m["seq"], m["hidden"], m["layers"], m["vocab"]
@@ -111,11 +121,11 @@ def simulate_case(case: dict) -> float:
     raise SimparError(f"quantity: unknown {q!r}; choose from {', '.join(QUANTITIES)}")
 
 
-def run_case(case: dict) -> dict:
+def run_case(case: dict, exact: bool = False) -> dict:
     row = {"id": case.get("id", "?"), "set": case.get("set", "?"), "source": case.get("source", ""),
            "quantity": case.get("quantity"), "measured": case.get("measured")}
     try:
-        simulated = simulate_case(case)
+        simulated = simulate_case(case, exact)
     except SimparError as exc:
         return {**row, "skipped": str(exc)}
     except (KeyError, TypeError, ValueError) as exc:

@@ -20,6 +20,7 @@ from simpar import topologies
 from simpar.errors import SimparError
 from simpar.models import ModelSpec
 from simpar.scenario import make_scenario
+from simpar.sim import fast
 from simpar.sim.runner import Simulator
 from simpar.sim.memory_check import check_host
 from simpar.sim.tracker import walk
@@ -107,8 +108,10 @@ class Search:
     """Evaluates candidates of one model on one cluster (the topology is built once)."""
 
     def __init__(self, model: ModelSpec, gpus: int, topology: str, global_batch: int, precision: str = "bf16-mixed",
-                 optimizer: str = "adam", memory_cap: float | None = None):
+                 optimizer: str = "adam", memory_cap: float | None = None, exact: bool = False):
         self.model, self.gpus, self.topology_name = model, gpus, topology
+        self.exact = exact  # every step simulated in full; else the fast path (sim/fast.py)
+        self._network_times: dict = {}  # the fast path's network op times, shared by every candidate
         self.global_batch, self.precision, self.optimizer = global_batch, precision, optimizer
         if topology not in topologies.PRESETS:
             raise SimparError(f"--topology: unknown {topology!r}; choose from {', '.join(topologies.PRESETS)}")
@@ -156,7 +159,8 @@ class Search:
                 check_host(plan, trackers, self.topology)  # offloaded states must fit the machines' memory
             except SimparError as exc:
                 return Outcome(c, "oom", peak_bytes=peak, reason=str(exc).split(";")[0])
-            times.append(Simulator(plan, short, self.topology, replay="always").run())  # the step time only
+            times.append(Simulator(plan, short, self.topology).run() if self.exact
+                         else fast.step_time(plan, short, self.topology, self._network_times))  # the step time only
         return Outcome(c, "fits", extrapolate(times, points, m), peak, extrapolated=len(times) > 1)
 
 

@@ -7,6 +7,7 @@ import pytest
 from simpar.cli import main
 from simpar.models import model
 from simpar.search import Candidate, Search, candidates, ranked, run_search
+from simpar.sim import fast
 from simpar.sim import simulate
 from simpar.sim.tracker import walk
 from simpar.strategies import build_plan
@@ -41,11 +42,13 @@ def test_extrapolated_step_equals_the_full_simulation(candidate):
     assert outcome.status == "fits" and outcome.extrapolated
     scenario = search.scenario(candidate)
     plan = build_plan(scenario)
-    replayed = simulate(scenario, topology=search.topology, plan=plan, replay="always", check_oom=False)
-    assert outcome.step_time_s == pytest.approx(replayed.step_time_s, rel=1e-9)
-    # replaying collectives where streams could contend is the search's one approximation: small here
+    assert outcome.step_time_s == pytest.approx(fast.step_time(plan, scenario, search.topology), rel=1e-9)
+    # pricing each network op as if alone (the fast path) is the search's one approximation: small here
     full = simulate(scenario, topology=search.topology, plan=plan, check_oom=False)
     assert outcome.step_time_s == pytest.approx(full.step_time_s, rel=1e-2)
+    # --exact: each point simulated in full, the micro-batch extrapolation the only approximation left
+    exact = Search(GPT2, 8, "dgx-a100", 64, exact=True).evaluate(candidate)
+    assert exact.step_time_s == pytest.approx(full.step_time_s, rel=1e-3)
     assert outcome.peak_bytes == max(walk(p).peak["gpu"] for p in plan.programs)
 
 

@@ -36,6 +36,9 @@ def register(sub) -> None:
                    help=f"comma-separated subset of {', '.join(STRATEGIES)} (default all)")
     p.add_argument("--top", default="10", help="how many of the fastest to print (default 10)")
     p.add_argument("--jobs", help="processes evaluating layouts (default: one per core)")
+    p.add_argument("--exact", action="store_true",
+                   help="simulate every layout in full (contention between overlapping transfers included; "
+                        "slower) instead of the fast path")
     add_json_flag(p, "{search, ranked, counts}")
     p.set_defaults(handler=run)
 
@@ -54,7 +57,7 @@ def run(args) -> int:
                           f"{', '.join(STRATEGIES)}")
     if args.precision not in PRECISIONS:
         raise SimparError(f"--precision: must be one of {', '.join(PRECISIONS)}, got {args.precision!r}")
-    search_args = (spec, gpus, args.topology.strip().lower(), batch, args.precision, args.optimizer, cap)
+    search_args = (spec, gpus, args.topology.strip().lower(), batch, args.precision, args.optimizer, cap, args.exact)
     search = Search(*search_args)  # checks the topology and cap before any work
     todo = search.candidates(strategies)
     if not todo:

@@ -14,14 +14,13 @@ from its recorded duration and traffic instead of being simulated again.
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import Counter
 
 import numpy as np
 import simpy
 
 from simpar.collectives import collective, expand, protocol_for
 from simpar.collectives.schedule import drop_empty, merge_phases
-from simpar.costs.pricing import KernelPricer
 from simpar.engine import Network
 from simpar.errors import SimparError
 from simpar.plan import (
@@ -36,6 +35,7 @@ from simpar.plan import (
     Send,
 )
 from simpar.scenario import Scenario
+from simpar.sim.op_costs import OpCosts
 from simpar.sim.tracker import MemoryTracker
 from simpar.topologies.graph import Topology
 
@@ -69,14 +69,8 @@ class Simulator:
         self.plan, self.scenario, self.topology = plan, scenario, topology
         self.env = simpy.Environment()
         self.network = Network(self.env, topology, record_utilisation=record_links)
-        gpu = topology.graph.nodes[topology.gpus[0]]["spec"]
-        dtype = scenario.train.compute_dtype
-        if getattr(gpu, f"{dtype}_flops") is None:
-            raise SimparError(f"--precision: {gpu.name} has no fast {dtype}; use fp16-mixed or fp32")
-        self.gpu = gpu
-        self.flops_rate = gpu.flops(dtype)
-        self.kernel_pricer = KernelPricer(scenario, gpu) if gpu.kernels is not None else None
-        self._machines = self._machine_nodes()
+        self.costs = OpCosts(plan, scenario, topology)
+        self.compute_time, self._node = self.costs.compute_time, self.costs.node
         self.done = [[self.env.event() for _ in prog.ops] for prog in plan.programs]
         self.times: list[list[tuple[float, float, float] | None]] = [[None] * len(p.ops) for p in plan.programs]
         self.memory = [MemoryTracker() for _ in plan.programs]
@@ -96,16 +90,6 @@ class Simulator:
         self.serial = serial
         self.progress = progress  # progress(ops done): told every PROGRESS_EVERY ops (a progress bar)
         self.ops_done = 0
-
-    def _machine_nodes(self) -> dict:
-        nodes: dict = defaultdict(dict)
-        for name, data in self.topology.graph.nodes(data=True):
-            if data["kind"] in ("host", "nvme"):
-                nodes[data["machine"]][data["kind"]] = name
-        ranks = Counter(self.topology.machine(g) for g in self.topology.gpus[:self.plan.grid.world])
-        for machine, count in ranks.items():
-            nodes[machine]["ranks"] = count
-        return nodes
 
     def run(self) -> float:
         for pi, prog in enumerate(self.plan.programs):
@@ -163,31 +147,6 @@ class Simulator:
         if isinstance(op, Copy):
             return self._copy(prog, op)
         raise TypeError(f"unknown op {op!r}")
-
-    def compute_time(self, prog, op: Compute) -> float:
-        if op.device == "host":
-            machine = self._machines[self.topology.machine(self.topology.gpus[prog.ranks[0]])]
-            host = self.topology.graph.nodes[self._host_node(machine, "host")]["spec"]
-            return op.params * machine["ranks"] / host.adam_params_per_s  # the host's cores are shared
-        kind = "embedding" if op.unit == 0 else "head" if op.unit == self.scenario.model.layers + 1 else "layer"
-        if self.gpu.costs is not None:  # a calibrated profile: the framework's overhead, then the work
-            overheads, rate = self.gpu.costs[op.phase]
-            return overheads.get(kind, 0.0) + (op.params if op.phase == "step" else op.flops) / rate
-        if self.kernel_pricer is not None:  # a GPU: the kernels the unit launches, each priced by shape
-            return self.kernel_pricer.time(kind, op)
-        return max(op.flops / self.flops_rate, op.bytes / self.gpu.memory_bandwidth)
-
-    def _host_node(self, machine: dict, kind: str) -> str:
-        if kind not in machine:
-            raise SimparError(f"--topology: {self.topology.name} has no {kind} memory for "
-                              f"{self.plan.strategy} to offload to; use pcie, workstation or dgx-*")
-        return machine[kind]
-
-    def _node(self, rank: int, memory: str) -> str:
-        gpu = self.topology.gpus[rank]
-        if memory == "gpu":
-            return gpu
-        return self._host_node(self._machines[self.topology.machine(gpu)], memory)
 
     def _collective(self, pi: int, op: Collective):
         if (pi, op.group) not in self._groups:

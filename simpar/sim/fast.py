@@ -1,0 +1,139 @@
+"""The fast path for large 3D plans: every op at a fixed duration, the step a longest path.
+
+``simpar search`` and ``simpar validate --published`` price thousands of pipeline stages x micro-
+batches, where SimPy's per-event cost dominates (a 3,072-GPU Table 1 row: 25 s). Here each
+distinct network op is simulated once on an otherwise idle network (a collective by its
+expansion, a pipeline send with every rank of its program at once, as the simulator issues them)
+and every later one takes that time; compute is priced as the simulator prices it. The step is then
+a longest path through the Plan: each stream runs its ops in order, an op starts when its stream
+is free and its dependencies are done, a receive ends when its send has landed.
+
+What it leaves out is contention between ops that overlap in time (two stages' sends on one
+switch uplink, data-parallel reductions of several stages at once): the full simulation
+(``simulate``) prices that. Tests hold this path to the full simulation on small layouts.
+"""
+
+from __future__ import annotations
+
+import simpy
+
+from simpar.collectives import collective, expand, protocol_for
+from simpar.collectives.schedule import drop_empty, merge_phases
+from simpar.engine import Network
+from simpar.plan import Alloc, Collective, Compute, Copy, Free, Plan, Recv, Send
+from simpar.scenario import Scenario
+from simpar.sim.op_costs import OpCosts
+from simpar.topologies.graph import Topology
+
+
+class _Durations:
+    """Each op's duration; network ops simulated alone, once per distinct kind."""
+
+    def __init__(self, plan: Plan, scenario: Scenario, topology: Topology, network_cache: dict | None = None):
+        self.plan, self.topology = plan, topology
+        self.costs = OpCosts(plan, scenario, topology)
+        self._cache: dict = {}
+        # a network op's time depends only on the ranks that issue it and what it moves: plans on the same
+        # grid and topology (a search's candidates, extrapolation points) can share these
+        self._network = {} if network_cache is None else network_cache
+        self._grid = (plan.grid.dp, plan.grid.pp, plan.grid.tp)
+
+    def _alone(self, key, start) -> float:
+        """Seconds of the network activity ``start(env, network)`` launches on an idle network."""
+        if key not in self._cache:
+            env = simpy.Environment()
+            event = start(env, Network(env, self.topology))
+            if event is not None:
+                env.run(until=event)
+            self._cache[key] = float(env.now)
+        return self._cache[key]
+
+    def of(self, pi: int, op) -> float:
+        if isinstance(op, Compute):  # ops alike in every field that prices them cost the same
+            key = (op.phase, op.unit, op.part, op.flops, op.bytes, op.params, op.device,
+                   pi if op.device == "host" else None)
+            if key not in self._cache:
+                self._cache[key] = self.costs.compute_time(self.plan.programs[pi], op)
+            return self._cache[key]
+        if isinstance(op, Collective):
+            key = (pi, op.op, op.algo, op.group, op.nbytes, op.pieces, op.itemsize)
+        elif isinstance(op, Send):
+            key = ("send", pi, op.peer, op.nbytes)
+        elif isinstance(op, Copy):
+            key = ("copy", pi, op.src, op.dst, op.nbytes)
+        else:
+            return 0.0  # Alloc, Free (and Recv, which waits for its send instead)
+        key = (self._grid, *key)
+        if key not in self._network:
+            self._network[key] = self._price(pi, op)
+        return self._network[key]
+
+    def _price(self, pi: int, op) -> float:
+        """A network op's seconds on an idle network, issued for all of its program's ranks at once."""
+        prog, gpus, topology = self.plan.programs[pi], self.topology.gpus, self.topology
+        env = simpy.Environment()
+        network = Network(env, topology)
+        if isinstance(op, Collective):
+            groups = self.plan.groups(prog, op.group)
+            if len(groups[0]) < 2:
+                return 0.0
+            phases = drop_empty(merge_phases(*(
+                expand(op.op, op.algo, topology, [gpus[r] for r in g], size, itemsize=op.itemsize)
+                for g in groups for size in op.pieces or (op.nbytes,))))
+            event = collective(network, phases, "", protocol_for(topology, op.algo or "ring", phases))
+        elif isinstance(op, Send):
+            event = network.transfer_all([(gpus[r], gpus[self.plan.grid.peer(r, op.peer)], op.nbytes, 1)
+                                          for r in prog.ranks])
+        else:
+            node = self.costs.node
+            event = network.transfer_all([(node(r, op.src), node(r, op.dst), op.nbytes, 1) for r in prog.ranks])
+        env.run(until=event)
+        return float(env.now)
+
+
+def step_time(plan: Plan, scenario: Scenario, topology: Topology, network_cache: dict | None = None) -> float:
+    """One step of ``plan`` with every op at its fixed duration (see the module docstring);
+    ``network_cache`` (a dict kept by the caller) shares network ops' times between plans on ``topology``."""
+    durations = _Durations(plan, scenario, topology, network_cache)
+    end = [[None] * len(p.ops) for p in plan.programs]
+    landed: dict[str, float] = {}  # send tag -> when its bytes arrived
+    queues = []  # (program, ops of one stream in order, [next index, time the stream is free])
+    for pi, prog in enumerate(plan.programs):
+        streams: dict[str, list] = {}
+        for op in prog.ops:
+            streams.setdefault(op.stream, []).append(op)
+        queues += [(pi, ops, [0, 0.0]) for ops in streams.values()]
+    remaining = sum(len(p.ops) for p in plan.programs)
+    while remaining:
+        progressed = False
+        for pi, ops, state in queues:
+            done, index, free = end[pi], state[0], state[1]
+            while index < len(ops):
+                op = ops[index]
+                start, blocked = free, False
+                for d in op.deps:
+                    finished = done[d]
+                    if finished is None:
+                        blocked = True
+                        break
+                    start = max(start, finished)
+                kind = type(op)
+                if blocked or (kind is Recv and op.tag not in landed):
+                    break
+                if kind is Recv:
+                    free = max(start, landed[op.tag])
+                elif kind is Alloc or kind is Free:
+                    free = start
+                else:
+                    free = start + durations.of(pi, op)
+                    if kind is Send:
+                        landed[op.tag] = free
+                done[op.id] = free
+                index += 1
+            if index > state[0]:
+                remaining -= index - state[0]
+                state[0], state[1] = index, free
+                progressed = True
+        if not progressed:
+            raise RuntimeError("plan deadlocked: no stream can take its next op")
+    return max((t for program in end for t in program), default=0.0)

@@ -1,0 +1,62 @@
+"""What one op of a Plan costs on its own: compute (calibrated costs, the kernel model, or a roofline;
+the host's optimizer step shared by the ranks on its machine), and which node a rank's memory is.
+Shared by the SimPy simulator and the fixed-duration evaluator (sim/fast.py)."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+
+from simpar.costs.pricing import KernelPricer
+from simpar.errors import SimparError
+from simpar.plan import Compute, Plan
+from simpar.scenario import Scenario
+from simpar.topologies.graph import Topology
+
+
+class OpCosts:
+    def __init__(self, plan: Plan, scenario: Scenario, topology: Topology):
+        self.plan, self.scenario, self.topology = plan, scenario, topology
+        gpu = topology.graph.nodes[topology.gpus[0]]["spec"]
+        dtype = scenario.train.compute_dtype
+        if getattr(gpu, f"{dtype}_flops") is None:
+            raise SimparError(f"--precision: {gpu.name} has no fast {dtype}; use fp16-mixed or fp32")
+        self.gpu = gpu
+        self.flops_rate = gpu.flops(dtype)
+        self.kernel_pricer = KernelPricer(scenario, gpu) if gpu.kernels is not None else None
+        self._machines = self._machine_nodes()
+
+    def _machine_nodes(self) -> dict:
+        nodes: dict = defaultdict(dict)
+        for name, data in self.topology.graph.nodes(data=True):
+            if data["kind"] in ("host", "nvme"):
+                nodes[data["machine"]][data["kind"]] = name
+        ranks = Counter(self.topology.machine(g) for g in self.topology.gpus[:self.plan.grid.world])
+        for machine, count in ranks.items():
+            nodes[machine]["ranks"] = count
+        return nodes
+
+    def compute_time(self, prog, op: Compute) -> float:
+        if op.device == "host":
+            machine = self._machines[self.topology.machine(self.topology.gpus[prog.ranks[0]])]
+            host = self.topology.graph.nodes[self._host_node(machine, "host")]["spec"]
+            return op.params * machine["ranks"] / host.adam_params_per_s  # the host's cores are shared
+        kind = "embedding" if op.unit == 0 else "head" if op.unit == self.scenario.model.layers + 1 else "layer"
+        if self.gpu.costs is not None:  # a calibrated profile: the framework's overhead, then the work
+            overheads, rate = self.gpu.costs[op.phase]
+            return overheads.get(kind, 0.0) + (op.params if op.phase == "step" else op.flops) / rate
+        if self.kernel_pricer is not None:  # a GPU: the kernels the unit launches, each priced by shape
+            return self.kernel_pricer.time(kind, op)
+        return max(op.flops / self.flops_rate, op.bytes / self.gpu.memory_bandwidth)
+
+    def _host_node(self, machine: dict, kind: str) -> str:
+        if kind not in machine:
+            raise SimparError(f"--topology: {self.topology.name} has no {kind} memory for "
+                              f"{self.plan.strategy} to offload to; use pcie, workstation or dgx-*")
+        return machine[kind]
+
+    def node(self, rank: int, memory: str) -> str:
+        gpu = self.topology.gpus[rank]
+        if memory == "gpu":
+            return gpu
+        return self._host_node(self._machines[self.topology.machine(gpu)], memory)
+

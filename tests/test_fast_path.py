@@ -1,0 +1,40 @@
+"""The fixed-duration fast path (sim/fast.py) held to the full simulation on small 3D layouts."""
+
+import pytest
+
+from simpar.models import ModelSpec
+from simpar.scenario import make_scenario
+from simpar.sim import build_topology, simulate
+from simpar.sim import fast
+from simpar.strategies import build_plan
+
+GPT = ModelSpec("gpt-24", layers=24, hidden=1024, heads=16, ffn=4096, vocab=32000, seq=1024)
+LAYOUTS = [  # (pp, dp, tp, schedule, virtual stages, topology)
+    (2, 2, 1, "1f1b", 1, "dgx-a100"), (2, 4, 1, "1f1b", 1, "dgx-a100"), (4, 2, 1, "1f1b", 1, "dgx-a100"),
+    (4, 4, 1, "1f1b", 1, "dgx-a100"), (8, 2, 1, "1f1b", 1, "dgx-a100"), (2, 2, 2, "1f1b", 1, "dgx-a100"),
+    (4, 2, 2, "1f1b", 1, "dgx-a100"), (8, 1, 2, "1f1b", 1, "dgx-a100"), (2, 4, 2, "gpipe", 1, "dgx-a100"),
+    (4, 2, 1, "gpipe", 1, "dgx-a100"), (8, 2, 1, "gpipe", 1, "dgx-a100"), (2, 2, 2, "interleaved", 2, "dgx-a100"),
+    (4, 2, 1, "interleaved", 2, "dgx-a100"), (4, 2, 2, "interleaved", 3, "dgx-a100"),
+    (8, 2, 1, "interleaved", 3, "dgx-a100"), (2, 2, 1, "1f1b", 1, "pcie"), (4, 1, 2, "1f1b", 1, "pcie"),
+    (2, 4, 1, "gpipe", 1, "pcie"), (4, 2, 1, "1f1b", 1, "dgx-h100"), (2, 2, 2, "interleaved", 2, "dgx-h100"),
+    (4, 4, 2, "1f1b", 1, "dgx-a100"), (8, 4, 1, "1f1b", 1, "dgx-a100"),
+]
+
+
+@pytest.mark.parametrize("pp,dp,tp,schedule,v,topology", LAYOUTS)
+def test_fast_path_matches_the_full_simulation(pp, dp, tp, schedule, v, topology):
+    """Within 0.5 % (what it leaves out: contention between overlapping ops, e.g. the data-parallel
+    reduction of a finished stage with the cool-down's sends of the others)."""
+    scenario = make_scenario(GPT, "3d", pp * dp * tp, pp=pp, dp=dp, tp=tp, schedule=schedule, virtual_stages=v,
+                             microbatches=2 * pp, topology=topology, recompute="full")
+    topo, plan = build_topology(scenario), build_plan(scenario)
+    full = simulate(scenario, topology=topo, plan=plan, check_oom=False).step_time_s
+    assert fast.step_time(plan, scenario, topo) == pytest.approx(full, rel=5e-3)
+
+
+def test_fast_path_equals_the_full_simulation_where_nothing_contends():
+    """One stage per node, no data parallelism: no two network ops share a link, so it is exact."""
+    scenario = make_scenario(GPT, "3d", 16, pp=2, dp=1, tp=8, microbatches=6, topology="dgx-a100")
+    topo, plan = build_topology(scenario), build_plan(scenario)
+    full = simulate(scenario, topology=topo, plan=plan, check_oom=False).step_time_s
+    assert fast.step_time(plan, scenario, topo) == pytest.approx(full, rel=1e-9)

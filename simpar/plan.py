@@ -27,14 +27,16 @@ STREAMS = ("compute", "comm", "send", "recv", "copy", "host")
 CATEGORIES = ("params", "grads", "optimizer", "activations", "buffers", "temporaries")
 
 
-@dataclass(frozen=True, kw_only=True)
+# Ops are built by the hundred thousand for a large pipeline and never changed once the Plan is
+# built; plain (not frozen) dataclasses with identity equality are twice as fast to create.
+@dataclass(kw_only=True, eq=False)
 class Op:
     id: int
     stream: str
     deps: tuple[int, ...] = ()
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(kw_only=True, eq=False)
 class Compute(Op):
     """Kernels of one unit: ``phase`` fwd, bwd (recomputation included) or step (optimizer).
 
@@ -51,7 +53,7 @@ class Compute(Op):
     device: str = "gpu"  # gpu | host
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(kw_only=True, eq=False)
 class Collective(Op):
     """A collective over the rank's ``group`` (dp, tp or pp); ``payload`` names what moves."""
 
@@ -68,7 +70,7 @@ class Collective(Op):
     itemsize: int = 1  # bytes per element (tensors split by elements)
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(kw_only=True, eq=False)
 class _PointToPoint(Op):
     peer: str  # next | prev: the same (dp, tp) position on the neighbouring pipeline stage
     nbytes: int
@@ -77,17 +79,17 @@ class _PointToPoint(Op):
     units: tuple[int, ...] = ()  # the model chunk the data leaves (Send) or enters (Recv)
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(kw_only=True, eq=False)
 class Send(_PointToPoint):
     """Forward: the output of ``units``' last unit; backward: the input gradient of their first."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(kw_only=True, eq=False)
 class Recv(_PointToPoint):
     """Forward: the input of ``units``' first unit; backward: the gradient of their last unit's output."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(kw_only=True, eq=False)
 class Copy(Op):
     """Bytes between memories of the rank's machine: gpu, host (DRAM) or nvme."""
 
@@ -98,7 +100,7 @@ class Copy(Op):
     units: tuple[int, ...] = ()  # the model units whose shards move (empty: all the rank holds)
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(kw_only=True, eq=False)
 class Alloc(Op):
     category: str
     nbytes: int
@@ -108,7 +110,7 @@ class Alloc(Op):
     modules: tuple[int, ...] = ()  # of those units' modules, these only (ZeRO-3 by module); () all
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(kw_only=True, eq=False)
 class Free(Op):
     category: str
     nbytes: int

@@ -38,3 +38,12 @@ def test_fast_path_equals_the_full_simulation_where_nothing_contends():
     topo, plan = build_topology(scenario), build_plan(scenario)
     full = simulate(scenario, topology=topo, plan=plan, check_oom=False).step_time_s
     assert fast.step_time(plan, scenario, topo) == pytest.approx(full, rel=1e-9)
+
+
+def test_published_step_on_the_fast_path_is_close_to_the_full_simulation():
+    """validate --published prices Table 1 on the fast path; --exact simulates each point in full."""
+    from simpar import published
+
+    case = [c for c in published.load() if c["set"] == "A"][4]  # 39.1B on 512 GPUs, TP 8 x PP 2
+    fast_time, exact_time = published.step_time(case), published.step_time(case, exact=True)
+    assert fast_time == pytest.approx(exact_time, rel=5e-3) and fast_time <= exact_time

@@ -4,9 +4,9 @@ A candidate is (strategy, dp, pp, tp, micro-batch, recomputation, pipeline sched
 global batch, so step times compare like for like (same tokens per step). Data parallelism alone
 tries ddp, ZeRO-1/2/3 and ZeRO-Offload; any pipeline or tensor split is Megatron 3D (ZeRO-1 across
 data-parallel ranks), tensor parallelism kept inside a machine. Each candidate's Plan is walked for
-its memory first (cheap); only those under the memory cap are simulated, with collectives replayed
-after their first run (replay="always": contention at that first run is kept, not re-simulated),
-and long accumulations extrapolated from two short ones (Search.evaluate).
+its memory first (cheap); only those under the memory cap are priced, on the fast path
+(sim/fast.py: each network op priced once, alone; ``exact`` simulates in full), and long
+accumulations extrapolated from two short ones (Search.evaluate).
 """
 
 from __future__ import annotations
@@ -137,8 +137,9 @@ class Search:
     def evaluate(self, c: Candidate) -> Outcome:
         """Memory first, then the step time. Many micro-batches: a step is affine in their number
         (each more adds one forward and backward on the slowest stage once the pipeline is full, and
-        warm-up, drain and the final reduction do not change), so it is simulated at p and 2p
-        micro-batches (1 and 2 without a pipeline) and extrapolated; peak memory is the same from
+        warm-up, drain and the final reduction do not change), so it is simulated at p and p + 1
+        micro-batches (p and 2p interleaved, whose period is p; 1 and 2 without a pipeline) and
+        extrapolated; peak memory is the same from
         there on (1F1B and interleaved hold at most a pipeline's worth). tests/test_search.py checks
         both against full simulations."""
         try:
@@ -151,6 +152,9 @@ class Search:
         for microbatches in points:
             short = scenario if microbatches == m else self.scenario(c, microbatches)
             plan = build_plan(short)
+            if times and c.pp > 1 and c.schedule == "1f1b":  # a full 1F1B pipeline holds its most at p
+                times.append(self._step_time(plan, short))  # micro-batches (stage s keeps p - s in flight):
+                continue  # the same peak one more on
             trackers = [walk(p) for p in plan.programs]
             peak = max(t.peak["gpu"] for t in trackers)
             if peak > self.memory_cap:
@@ -159,9 +163,13 @@ class Search:
                 check_host(plan, trackers, self.topology)  # offloaded states must fit the machines' memory
             except SimparError as exc:
                 return Outcome(c, "oom", peak_bytes=peak, reason=str(exc).split(";")[0])
-            times.append(Simulator(plan, short, self.topology).run() if self.exact
-                         else fast.step_time(plan, short, self.topology, self._network_times))  # the step time only
+            times.append(self._step_time(plan, short))
         return Outcome(c, "fits", extrapolate(times, points, m), peak, extrapolated=len(times) > 1)
+
+    def _step_time(self, plan, scenario) -> float:
+        if self.exact:
+            return Simulator(plan, scenario, self.topology).run()
+        return fast.step_time(plan, scenario, self.topology, self._network_times)
 
 
 def ranked(outcomes: list[Outcome]) -> list[Outcome]:

@@ -38,16 +38,6 @@ class _Durations:
         self._network = {} if network_cache is None else network_cache
         self._grid = (plan.grid.dp, plan.grid.pp, plan.grid.tp)
 
-    def _alone(self, key, start) -> float:
-        """Seconds of the network activity ``start(env, network)`` launches on an idle network."""
-        if key not in self._cache:
-            env = simpy.Environment()
-            event = start(env, Network(env, self.topology))
-            if event is not None:
-                env.run(until=event)
-            self._cache[key] = float(env.now)
-        return self._cache[key]
-
     def of(self, pi: int, op) -> float:
         if isinstance(op, Compute):  # ops alike in every field that prices them cost the same
             key = (op.phase, op.unit, op.part, op.flops, op.bytes, op.params, op.device,

@@ -47,3 +47,12 @@ def test_published_step_on_the_fast_path_is_close_to_the_full_simulation():
     case = [c for c in published.load() if c["set"] == "A"][4]  # 39.1B on 512 GPUs, TP 8 x PP 2
     fast_time, exact_time = published.step_time(case), published.step_time(case, exact=True)
     assert fast_time == pytest.approx(exact_time, rel=5e-3) and fast_time <= exact_time
+
+
+def test_fast_path_follows_the_simulator_without_overlap():
+    """overlap_comm off (a DeepSpeed config can say so): each program's ops one after another."""
+    scenario = make_scenario(GPT, "3d", 8, pp=4, dp=2, tp=1, microbatches=8, topology="dgx-a100",
+                             overlap_comm=False)
+    topo, plan = build_topology(scenario), build_plan(scenario)
+    full = simulate(scenario, topology=topo, plan=plan, check_oom=False).step_time_s
+    assert fast.step_time(plan, scenario, topo) == pytest.approx(full, rel=5e-3)

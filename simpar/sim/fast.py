@@ -88,10 +88,11 @@ def step_time(plan: Plan, scenario: Scenario, topology: Topology, network_cache:
     end = [[None] * len(p.ops) for p in plan.programs]
     landed: dict[str, float] = {}  # send tag -> when its bytes arrived
     queues = []  # (program, ops of one stream in order, [next index, time the stream is free])
-    for pi, prog in enumerate(plan.programs):
+    serial = not scenario.strategy.overlap_comm  # as the simulator: a program's ops one after another,
+    for pi, prog in enumerate(plan.programs):  # its sends leaving without holding the others up
         streams: dict[str, list] = {}
         for op in prog.ops:
-            streams.setdefault(op.stream, []).append(op)
+            streams.setdefault("all" if serial else op.stream, []).append(op)
         queues += [(pi, ops, [0, 0.0]) for ops in streams.values()]
     remaining = sum(len(p.ops) for p in plan.programs)
     while remaining:
@@ -114,10 +115,11 @@ def step_time(plan: Plan, scenario: Scenario, topology: Topology, network_cache:
                     free = max(start, landed[op.tag])
                 elif kind is Alloc or kind is Free:
                     free = start
+                elif kind is Send:
+                    landed[op.tag] = start + durations.of(pi, op)
+                    free = start if serial else landed[op.tag]
                 else:
                     free = start + durations.of(pi, op)
-                    if kind is Send:
-                        landed[op.tag] = free
                 done[op.id] = free
                 index += 1
             if index > state[0]:

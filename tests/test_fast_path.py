@@ -56,3 +56,8 @@ def test_fast_path_follows_the_simulator_without_overlap():
     topo, plan = build_topology(scenario), build_plan(scenario)
     full = simulate(scenario, topology=topo, plan=plan, check_oom=False).step_time_s
     assert fast.step_time(plan, scenario, topo) == pytest.approx(full, rel=5e-3)
+
+
+def test_validate_exact_without_published_is_refused(cli):
+    done = cli("validate", "--exact")
+    assert done.returncode == 2 and "--exact" in done.stderr and "Traceback" not in done.stderr

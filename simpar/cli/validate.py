@@ -69,6 +69,8 @@ def run_published(args) -> int:
 def run(args) -> int:
     if args.published is not None:
         return run_published(args)
+    if args.exact:
+        raise SimparError("--exact: applies to --published (the executor runs are always measured in full)")
     from tqdm import tqdm
 
     from simpar.calibrate.profile import HardwareProfile

@@ -61,3 +61,17 @@ def test_fast_path_follows_the_simulator_without_overlap():
 def test_validate_exact_without_published_is_refused(cli):
     done = cli("validate", "--exact")
     assert done.returncode == 2 and "--exact" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("pp,dp,tp,schedule,v,topology", LAYOUTS[::4])
+def test_fast_path_moves_exactly_the_simulated_bytes(pp, dp, tp, schedule, v, topology):
+    """Bytes sent and received per rank and carried per link: the full simulation's, exactly."""
+    scenario = make_scenario(GPT, "3d", pp * dp * tp, pp=pp, dp=dp, tp=tp, schedule=schedule, virtual_stages=v,
+                             microbatches=2 * pp, topology=topology, recompute="full")
+    topo, plan = build_topology(scenario), build_plan(scenario)
+    full = simulate(scenario, topology=topo, plan=plan, check_oom=False)
+    sent, received, channels = fast.run(plan, scenario, topo)[1].traffic()
+    assert [sent[topo.gpus[r["rank"]]] for r in full.ranks] == [r["bytes_sent"] for r in full.ranks]
+    assert [received[topo.gpus[r["rank"]]] for r in full.ranks] == [r["bytes_received"] for r in full.ranks]
+    links = {topo.channel_name(c): int(b) for c, b in enumerate(channels) if b}
+    assert links == {link["name"]: link["bytes"] for link in full.links}

@@ -15,6 +15,9 @@ switch uplink, data-parallel reductions of several stages at once): the full sim
 
 from __future__ import annotations
 
+from collections import Counter
+
+import numpy as np
 import simpy
 
 from simpar.collectives import collective, expand, protocol_for
@@ -37,6 +40,7 @@ class _Durations:
         # grid and topology (a search's candidates, extrapolation points) can share these
         self._network = {} if network_cache is None else network_cache
         self._grid = (plan.grid.dp, plan.grid.pp, plan.grid.tp)
+        self.calls: Counter = Counter()  # network op -> times performed in this step
 
     def of(self, pi: int, op) -> float:
         if isinstance(op, Compute):  # ops alike in every field that prices them cost the same
@@ -56,17 +60,19 @@ class _Durations:
         key = (self._grid, *key)
         if key not in self._network:
             self._network[key] = self._price(pi, op)
-        return self._network[key]
+        self.calls[key] += 1
+        return self._network[key][0]
 
-    def _price(self, pi: int, op) -> float:
-        """A network op's seconds on an idle network, issued for all of its program's ranks at once."""
+    def _price(self, pi: int, op) -> tuple:
+        """A network op on an idle network, issued for all of its program's ranks at once: (seconds,
+        bytes sent and received per node, bytes per channel)."""
         prog, gpus, topology = self.plan.programs[pi], self.topology.gpus, self.topology
         env = simpy.Environment()
         network = Network(env, topology)
         if isinstance(op, Collective):
             groups = self.plan.groups(prog, op.group)
             if len(groups[0]) < 2:
-                return 0.0
+                return 0.0, Counter(), Counter(), None
             phases = drop_empty(merge_phases(*(
                 expand(op.op, op.algo, topology, [gpus[r] for r in g], size, itemsize=op.itemsize)
                 for g in groups for size in op.pieces or (op.nbytes,))))
@@ -78,12 +84,31 @@ class _Durations:
             node = self.costs.node
             event = network.transfer_all([(node(r, op.src), node(r, op.dst), op.nbytes, 1) for r in prog.ranks])
         env.run(until=event)
-        return float(env.now)
+        return float(env.now), Counter(network.sent), Counter(network.received), network.channel_bytes
+
+    def traffic(self) -> tuple[Counter, Counter, np.ndarray]:
+        """Bytes sent and received per node and carried per channel by every network op of the step."""
+        sent, received = Counter(), Counter()
+        channels = np.zeros(self.topology.num_channels)
+        for key, count in self.calls.items():
+            _, out, into, carried = self._network[key]
+            for node, nbytes in out.items():
+                sent[node] += count * nbytes
+            for node, nbytes in into.items():
+                received[node] += count * nbytes
+            if carried is not None:
+                channels += count * carried
+        return sent, received, channels
 
 
 def step_time(plan: Plan, scenario: Scenario, topology: Topology, network_cache: dict | None = None) -> float:
     """One step of ``plan`` with every op at its fixed duration (see the module docstring);
     ``network_cache`` (a dict kept by the caller) shares network ops' times between plans on ``topology``."""
+    return run(plan, scenario, topology, network_cache)[0]
+
+
+def run(plan: Plan, scenario: Scenario, topology: Topology, network_cache: dict | None = None):
+    """(step time, the durations with the step's network ops counted: ``.traffic()`` gives its bytes)."""
     durations = _Durations(plan, scenario, topology, network_cache)
     end = [[None] * len(p.ops) for p in plan.programs]
     landed: dict[str, float] = {}  # send tag -> when its bytes arrived
@@ -128,4 +153,4 @@ def step_time(plan: Plan, scenario: Scenario, topology: Topology, network_cache:
                 progressed = True
         if not progressed:
             raise RuntimeError("plan deadlocked: no stream can take its next op")
-    return max((t for program in end for t in program), default=0.0)
+    return max((t for program in end for t in program), default=0.0), durations

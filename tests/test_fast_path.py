@@ -75,3 +75,21 @@ def test_fast_path_moves_exactly_the_simulated_bytes(pp, dp, tp, schedule, v, to
     assert [received[topo.gpus[r["rank"]]] for r in full.ranks] == [r["bytes_received"] for r in full.ranks]
     links = {topo.channel_name(c): int(b) for c, b in enumerate(channels) if b}
     assert links == {link["name"]: link["bytes"] for link in full.links}
+
+
+@pytest.mark.parametrize("pp,dp,tp,schedule,v,topology", LAYOUTS)
+def test_fast_path_memory_is_the_simulated_peak(pp, dp, tp, schedule, v, topology):
+    """3D plans allocate on the compute stream only: program order is time order, so the peaks per
+    rank and category are the full simulation's exactly."""
+    scenario = make_scenario(GPT, "3d", pp * dp * tp, pp=pp, dp=dp, tp=tp, schedule=schedule, virtual_stages=v,
+                             microbatches=2 * pp, topology=topology, recompute="full")
+    topo, plan = build_topology(scenario), build_plan(scenario)
+    full = simulate(scenario, topology=topo, plan=plan, check_oom=False)
+    reports = fast.memory(plan)
+    programs = {rank: pi for pi, prog in enumerate(plan.programs) for rank in prog.ranks}
+    assert [reports[programs[r["rank"]]] for r in full.ranks] == [r["memory"] for r in full.ranks]
+
+
+def test_fast_path_declines_memory_where_streams_interleave_allocations():
+    scenario = make_scenario(GPT, "zero3", 8, topology="dgx-a100")
+    assert fast.memory(build_plan(scenario)) is None

@@ -26,6 +26,7 @@ from simpar.engine import Network
 from simpar.plan import Alloc, Collective, Compute, Copy, Free, Plan, Recv, Send
 from simpar.scenario import Scenario
 from simpar.sim.op_costs import OpCosts
+from simpar.sim.tracker import walk
 from simpar.topologies.graph import Topology
 
 
@@ -154,3 +155,17 @@ def run(plan: Plan, scenario: Scenario, topology: Topology, network_cache: dict 
         if not progressed:
             raise RuntimeError("plan deadlocked: no stream can take its next op")
     return max((t for program in end for t in program), default=0.0), durations
+
+
+def memory(plan: Plan) -> list[dict] | None:
+    """Each program's memory report (peak per category), or None where the fast path cannot say it.
+    When a program allocates and frees on one stream only (every Megatron 3D plan: the compute
+    stream), that stream's order is the order in time, so walking the ops in program order gives
+    exactly the simulated peaks; allocations on several streams (ZeRO-3's gather buffers) interleave
+    by their timing, which needs the full simulation."""
+    reports = []
+    for prog in plan.programs:
+        if len({op.stream for op in prog.ops if isinstance(op, (Alloc, Free))}) > 1:
+            return None
+        reports.append(walk(prog).report())
+    return reports

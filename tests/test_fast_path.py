@@ -63,7 +63,7 @@ def test_validate_exact_without_published_is_refused(cli):
     assert done.returncode == 2 and "--exact" in done.stderr and "Traceback" not in done.stderr
 
 
-@pytest.mark.parametrize("pp,dp,tp,schedule,v,topology", LAYOUTS[::4])
+@pytest.mark.parametrize("pp,dp,tp,schedule,v,topology", LAYOUTS)
 def test_fast_path_moves_exactly_the_simulated_bytes(pp, dp, tp, schedule, v, topology):
     """Bytes sent and received per rank and carried per link: the full simulation's, exactly."""
     scenario = make_scenario(GPT, "3d", pp * dp * tp, pp=pp, dp=dp, tp=tp, schedule=schedule, virtual_stages=v,

@@ -93,3 +93,24 @@ def test_fast_path_memory_is_the_simulated_peak(pp, dp, tp, schedule, v, topolog
 def test_fast_path_declines_memory_where_streams_interleave_allocations():
     scenario = make_scenario(GPT, "zero3", 8, topology="dgx-a100")
     assert fast.memory(build_plan(scenario)) is None
+
+
+@pytest.mark.parametrize("pp,dp,tp,schedule,v,topology", LAYOUTS[::3])
+def test_simulate_fast_reports_what_the_full_simulation_does(pp, dp, tp, schedule, v, topology):
+    """simpar run --fast: the same report (bytes and memory exactly, times within 0.5 %)."""
+    scenario = make_scenario(GPT, "3d", pp * dp * tp, pp=pp, dp=dp, tp=tp, schedule=schedule, virtual_stages=v,
+                             microbatches=2 * pp, topology=topology, recompute="full")
+    full, quick = simulate(scenario, check_oom=False), simulate(scenario, check_oom=False, fast=True)
+    assert quick.step_time_s == pytest.approx(full.step_time_s, rel=5e-3)
+    for a, b in zip(quick.ranks, full.ranks):
+        assert {k: a[k] for k in ("rank", "bytes_sent", "bytes_received", "offload_bytes", "memory")} == \
+               {k: b[k] for k in ("rank", "bytes_sent", "bytes_received", "offload_bytes", "memory")}
+        assert sum(a["breakdown"].values()) == pytest.approx(sum(b["breakdown"].values()), rel=5e-3)
+    assert quick.links == full.links
+
+
+def test_simulate_fast_declines_plans_that_allocate_on_several_streams():
+    from simpar.errors import SimparError
+
+    with pytest.raises(SimparError, match="--fast"):
+        simulate(make_scenario(GPT, "zero3", 8, topology="dgx-a100"), fast=True)

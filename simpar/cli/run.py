@@ -77,6 +77,10 @@ def register(sub) -> None:
                         "(reduce-scatter with --sequence-parallel) overlaps the weight-gradient GEMM")
     p.add_argument("--grad-accum-dtype", help="dtype of the main gradients: fp32 (Megatron; 18 bytes per parameter "
                                               "with mixed-precision Adam), bf16 or fp16 (default: the weights')")
+    p.add_argument("--fast", action="store_true",
+                   help="price every op at a fixed duration, each network op once on an idle network (the fast "
+                        "path of search and validate --published): seconds instead of minutes at thousands of "
+                        "GPUs; contention between overlapping transfers is left out; 3D plans only")
     p.add_argument("--no-replay", action="store_true",
                    help="simulate every collective in full, even when a recorded one could be replayed")
     p.add_argument("--memory-timeline", action="store_true",
@@ -181,6 +185,9 @@ def run(args) -> int:
     for path, flag in ((args.trace, "--trace"), (args.plot, "--plot"), (args.json, "--json")):
         _check_writable(path, flag)
     scenario, notes = scenario_and_notes(args)
+    if args.compare_real and args.fast:
+        raise SimparError("--fast: --compare-real prices the run op by op as the executor performs it; leave "
+                          "--fast out")
     if args.compare_real:
         from simpar.cli.run_compare import run_and_compare  # imports torch: only when asked
 
@@ -195,8 +202,11 @@ def run(args) -> int:
             profile.apply(topology)
         else:
             topology = profile.topology(scenario.cluster.gpus, scenario.train.precision)
+    if args.fast and args.trace:
+        raise SimparError("--fast: a trace records every link over time, which only the full simulation does; "
+                          "leave --fast or --trace out")
     result = simulate(scenario, topology=topology, replay=not args.no_replay, record_links=bool(args.trace),
-                      progress=True)
+                      progress=True, fast=args.fast)
     wrote = write_figures(args, scenario, {"scenario": scenario_json(scenario),
                                            "sim": result.to_json(timeline=True, ops=True, links=True)})
     if args.json and write_json({"scenario": scenario_json(scenario), "inputs": notes,

@@ -12,6 +12,7 @@ from simpar.plan import CATEGORIES, OP_CLASSES, Plan, op_class
 from simpar.scenario import Scenario
 from simpar.sim.breakdown import PARTS, program_breakdown
 from simpar.sim.memory_check import check_memory
+from simpar.sim.fast import FastRun
 from simpar.sim.runner import Simulator
 from simpar.strategies import build_plan
 from simpar.topologies.graph import Topology
@@ -51,10 +52,11 @@ def build_topology(scenario: Scenario) -> Topology:
 
 def simulate(scenario: Scenario, topology: Topology | None = None, plan: Plan | None = None,
              replay: bool = True, check_oom: bool = True, serial: bool = False,
-             record_links: bool = False, progress: bool = False) -> SimResult:
+             record_links: bool = False, progress: bool = False, fast: bool = False) -> SimResult:
     """Simulate one training step. Raises SimparError (naming rank and category) on OOM.
     ``serial`` prices each rank's ops one after another, as the reference executor runs them;
-    ``record_links`` keeps every link's utilisation over time (and so simulates without replay)."""
+    ``record_links`` keeps every link's utilisation over time (and so simulates without replay);
+    ``fast`` prices every op at a fixed duration (sim/fast.py: no contention between overlapping ops)."""
     topology = topology or build_topology(scenario)
     plan = plan or build_plan(scenario)
     gpu = topology.graph.nodes[topology.gpus[0]]["spec"]
@@ -65,8 +67,11 @@ def simulate(scenario: Scenario, topology: Topology | None = None, plan: Plan | 
     # a bar on a terminal, for runs that take more than a couple of seconds (tqdm's delay)
     with tqdm(total=total, unit="op", desc="simulating", delay=2, disable=None if progress else True,
               leave=False) as bar:
-        sim = Simulator(plan, scenario, topology, replay=replay, serial=serial, record_links=record_links,
-                        progress=lambda done: bar.update(done - bar.n))
+        if fast:
+            sim = FastRun(plan, scenario, topology)
+        else:
+            sim = Simulator(plan, scenario, topology, replay=replay, serial=serial, record_links=record_links,
+                            progress=lambda done: bar.update(done - bar.n))
         step_time = sim.run()
     if check_oom:  # streams may overlap allocations more than program order suggests
         check_memory(scenario, plan, gpu, topology, trackers=sim.memory)

@@ -26,7 +26,8 @@ from simpar.engine import Network
 from simpar.plan import Alloc, Collective, Compute, Copy, Free, Plan, Recv, Send
 from simpar.scenario import Scenario
 from simpar.sim.op_costs import OpCosts
-from simpar.sim.tracker import walk
+from simpar.errors import SimparError
+from simpar.sim.tracker import MemoryTracker, walk
 from simpar.topologies.graph import Topology
 
 
@@ -108,8 +109,9 @@ def step_time(plan: Plan, scenario: Scenario, topology: Topology, network_cache:
     return run(plan, scenario, topology, network_cache)[0]
 
 
-def run(plan: Plan, scenario: Scenario, topology: Topology, network_cache: dict | None = None):
-    """(step time, the durations with the step's network ops counted: ``.traffic()`` gives its bytes)."""
+def run(plan: Plan, scenario: Scenario, topology: Topology, network_cache: dict | None = None, times=None):
+    """(step time, the durations with the step's network ops counted: ``.traffic()`` gives its bytes);
+    ``times``, when given (a list per program), gets each op's (ready, start, end) as the simulator's."""
     durations = _Durations(plan, scenario, topology, network_cache)
     end = [[None] * len(p.ops) for p in plan.programs]
     landed: dict[str, float] = {}  # send tag -> when its bytes arrived
@@ -127,7 +129,8 @@ def run(plan: Plan, scenario: Scenario, topology: Topology, network_cache: dict 
             done, index, free = end[pi], state[0], state[1]
             while index < len(ops):
                 op = ops[index]
-                start, blocked = free, False
+                ready = start = free
+                blocked = False
                 for d in op.deps:
                     finished = done[d]
                     if finished is None:
@@ -146,6 +149,8 @@ def run(plan: Plan, scenario: Scenario, topology: Topology, network_cache: dict 
                     free = start if serial else landed[op.tag]
                 else:
                     free = start + durations.of(pi, op)
+                if times is not None:
+                    times[pi][op.id] = (ready, start, free)
                 done[op.id] = free
                 index += 1
             if index > state[0]:
@@ -169,3 +174,33 @@ def memory(plan: Plan) -> list[dict] | None:
             return None
         reports.append(walk(prog).report())
     return reports
+
+
+class FastRun:
+    """The fast path in the shape ``simulate`` reads a Simulator: times per op, bytes per node,
+    memory trackers (3D plans: see ``memory``) and the network's bytes per channel."""
+
+    def __init__(self, plan: Plan, scenario: Scenario, topology: Topology):
+        if memory(plan) is None:
+            raise SimparError(f"--fast: {plan.strategy} allocates memory on several streams at once, whose "
+                              "order only the full simulation knows; leave --fast out")
+        self.plan, self.topology, self.scenario = plan, topology, scenario
+        self.times = [[None] * len(p.ops) for p in plan.programs]
+        self.memory = [MemoryTracker() for _ in plan.programs]
+        self.network = Network(simpy.Environment(), topology)
+        self.copied: Counter = Counter()
+
+    def run(self) -> float:
+        step, durations = run(self.plan, self.scenario, self.topology, times=self.times)
+        self.sent, self.received, self.network.channel_bytes = durations.traffic()
+        self.send_issued = {}
+        for pi, prog in enumerate(self.plan.programs):
+            for op in prog.ops:
+                if isinstance(op, (Alloc, Free)):  # one stream allocates: program order is time order
+                    self.memory[pi].apply(op, self.times[pi][op.id][2])
+                elif isinstance(op, Send):
+                    self.send_issued[op.tag] = self.times[pi][op.id][1]
+                elif isinstance(op, Copy):
+                    for rank in prog.ranks:
+                        self.copied[rank] += op.nbytes
+        return step

@@ -13,7 +13,7 @@ from typing import Callable
 import simpy
 
 from simpar.collectives import hierarchical, nvls, ring, tree, worker_server
-from simpar.collectives.schedule import Phase, Transfer, chunk_sizes
+from simpar.collectives.schedule import Phase, Transfer, chunk_sizes, drop_empty, merge_phases
 from simpar.costs import nccl
 from simpar.engine import Network
 from simpar.errors import SimparError
@@ -116,6 +116,13 @@ def expand(op: str, algo: str | None, topology: Topology, group: list[str], nbyt
     if op == "p2p" and group[root] == group[peer]:
         raise SimparError("--peer: p2p needs two different ranks")
     return OPS[op][algo](CollectiveCall(list(group), int(nbytes), topology, root, peer, itemsize))
+
+
+def plan_call(op, topology: Topology, groups: list[list[str]]) -> list[Phase]:
+    """The phases of a Plan's Collective issued for all ``groups`` (GPU node names) at once, each
+    coalesced piece (``op.pieces``) beside the others in one call."""
+    return drop_empty(merge_phases(*(expand(op.op, op.algo, topology, g, size, itemsize=op.itemsize)
+                                     for g in groups for size in op.pieces or (op.nbytes,))))
 
 
 @lru_cache(maxsize=2**16)

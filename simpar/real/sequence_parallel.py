@@ -78,10 +78,7 @@ class SequenceParallelModel(TensorParallelModel):
         return Reduction(state["partial2"].detach(), "scatter", after_mlp)
 
     def _embedding_forward(self, module, key, ids, outputs):
-        rows = module.tokens.weight.shape[0]
-        local = ids - module.start
-        inside = (local >= 0) & (local < rows)
-        partial = module.tokens(local.clamp(0, rows - 1)) * inside.unsqueeze(-1)
+        partial = module.partial(ids)
         state = self.saved[key] = {"partial": partial}
 
         def after_scatter(block):

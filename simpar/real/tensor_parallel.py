@@ -77,6 +77,13 @@ class ParallelEmbedding(nn.Module):
         self.tokens.weight.data.copy_(rows)
         self.positions = full.positions  # replicated, added after the all-reduce
 
+    def partial(self, ids: torch.Tensor) -> torch.Tensor:
+        """This rank's rows of the lookup: its vocabulary slice's embeddings, zeros for other tokens."""
+        rows = self.tokens.weight.shape[0]
+        local = ids - self.start
+        inside = (local >= 0) & (local < rows)
+        return self.tokens(local.clamp(0, rows - 1)) * inside.unsqueeze(-1)
+
 
 class ParallelBlock(nn.Module):
     def __init__(self, full: Block, index: int, parts: int):
@@ -163,10 +170,7 @@ class TensorParallelModel(nn.Module):
         return Reduction(state["partial2"].detach(), "sum", after_mlp)
 
     def _embedding_forward(self, module: ParallelEmbedding, key, ids, outputs):
-        rows = module.tokens.weight.shape[0]
-        local = ids - module.start
-        inside = (local >= 0) & (local < rows)
-        partial = module.tokens(local.clamp(0, rows - 1)) * inside.unsqueeze(-1)
+        partial = module.partial(ids)
         state = self.saved[key] = {"partial": partial}
 
         def after_sum(summed):

@@ -20,8 +20,7 @@ from collections import Counter
 import numpy as np
 import simpy
 
-from simpar.collectives import collective, expand, protocol_for
-from simpar.collectives.schedule import drop_empty, merge_phases
+from simpar.collectives import collective, plan_call, protocol_for
 from simpar.engine import Network
 from simpar.plan import Alloc, Collective, Compute, Copy, Free, Plan, Recv, Send
 from simpar.scenario import Scenario
@@ -75,9 +74,7 @@ class _Durations:
             groups = self.plan.groups(prog, op.group)
             if len(groups[0]) < 2:
                 return 0.0, Counter(), Counter(), None
-            phases = drop_empty(merge_phases(*(
-                expand(op.op, op.algo, topology, [gpus[r] for r in g], size, itemsize=op.itemsize)
-                for g in groups for size in op.pieces or (op.nbytes,))))
+            phases = plan_call(op, topology, [[gpus[r] for r in g] for g in groups])
             event = collective(network, phases, "", protocol_for(topology, op.algo or "ring", phases))
         elif isinstance(op, Send):
             event = network.transfer_all([(gpus[r], gpus[self.plan.grid.peer(r, op.peer)], op.nbytes, 1)

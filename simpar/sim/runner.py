@@ -19,8 +19,7 @@ from collections import Counter
 import numpy as np
 import simpy
 
-from simpar.collectives import collective, expand, protocol_for
-from simpar.collectives.schedule import drop_empty, merge_phases
+from simpar.collectives import collective, plan_call, protocol_for
 from simpar.engine import Network
 from simpar.errors import SimparError
 from simpar.plan import (
@@ -158,10 +157,8 @@ class Simulator:
         entry = self._entries.get(key)
         if entry is None:
             gpus = self.topology.gpus
-            # a coalesced call (pieces) runs its tensors' schedules side by side: one call, one latency
-            phases = merge_phases(*(expand(op.op, op.algo, self.topology, [gpus[r] for r in g], size,
-                                           itemsize=op.itemsize) for g in groups for size in op.pieces or (op.nbytes,)))
-            entry = self._entries[key] = _CollectiveEntry(drop_empty(phases))
+            entry = self._entries[key] = _CollectiveEntry(plan_call(op, self.topology,
+                                                                    [[gpus[r] for r in g] for g in groups]))
             entry.protocol = protocol_for(self.topology, op.algo or "ring", entry.phases)
         entry.calls += 1
         if self.replay and entry.duration is not None:

@@ -53,7 +53,7 @@ def test_uniform_ring_relays_around_the_ring():
 def test_star_has_a_dedicated_server():
     topo = topologies.build("star", 5)
     assert topo.server == "server" and topo.server not in topo.gpus
-    assert route_names(topo, "gpu4", "server") == ["gpu4->switch", "switch->server"]
+    assert route_names(topo, "n4.gpu0", "server") == ["n4.gpu0->eth-switch", "eth-switch->server"]
 
 
 def test_workstation_has_no_peer_to_peer():

@@ -70,9 +70,9 @@ class Topology:
 
     # -- building -------------------------------------------------------------------------
     def add_node(self, name: str, kind: str, machine: int | None = 0, spec=None,
-                 affinity: str | None = None) -> str:
+                 affinity: frozenset | None = None) -> str:
         """``machine`` is the box the node sits in (None: shared fabric between boxes).
-        ``affinity`` names the GPU a NIC belongs to: routes prefer a GPU's own NIC (as NCCL does)."""
+        ``affinity`` names the GPUs a NIC serves (a set): routes prefer a GPU's own NIC (as NCCL does)."""
         if name in self.graph:
             raise ValueError(f"duplicate node {name}")
         self.graph.add_node(name, kind=kind, machine=machine, spec=spec, affinity=affinity)
@@ -170,7 +170,7 @@ class Topology:
                 continue
             for machine in set(machines):
                 for v, cost, affinity in adjacency[u].get(machine, ()):
-                    if affinity and affinity not in (src, dst):
+                    if affinity and src not in affinity and dst not in affinity:
                         cost += _FOREIGN_NIC_PENALTY
                     if dist + cost < best.get(v, math.inf):
                         best[v] = dist + cost

@@ -55,6 +55,7 @@ class ClusterSpec:
     gpus: int = 8
     bandwidth: float | None = None  # ring / star links only
     latency: float | None = None
+    device: str | None = None  # a GPU preset replacing the topology's own (--device)
 
 
 @dataclass(frozen=True)
@@ -121,7 +122,7 @@ def make_scenario(model: ModelSpec, strategy: str = "ddp", gpus: int = 8, *, top
                   micro_batch: int = 1, global_batch: int | None = None, microbatches: int | None = None,
                   precision: str = "bf16-mixed", optimizer: str = "adam", dp: int | None = None,
                   pp: int | None = None, tp: int | None = None, bandwidth: float | None = None,
-                  latency: float | None = None, **options) -> Scenario:
+                  latency: float | None = None, device: str | None = None, **options) -> Scenario:
     """Build and validate a Scenario; ``options`` are further StrategySpec fields."""
     name = strategy.strip().lower()
     if name not in STRATEGY_NAMES:
@@ -139,7 +140,7 @@ def make_scenario(model: ModelSpec, strategy: str = "ddp", gpus: int = 8, *, top
         raise SimparError(f"--global-batch: {global_batch} disagrees with micro-batch {micro_batch} x dp {dp} x "
                           f"microbatches {microbatches} = {micro_batch * dp * microbatches}; give one of them")
     train = TrainSpec(global_batch=global_batch, micro_batch=micro_batch, precision=precision, optimizer=optimizer)
-    scenario = Scenario(model, train, spec, ClusterSpec(topology, gpus, bandwidth, latency))
+    scenario = Scenario(model, train, spec, ClusterSpec(topology, gpus, bandwidth, latency, device))
     m = scenario.microbatches  # checks that the batch splits evenly
     if spec.schedule == "interleaved" and pp > 1 and m % pp:
         raise SimparError(f"--microbatches: the interleaved schedule needs micro-batches ({m}) to be a "

@@ -108,14 +108,13 @@ class Search:
     """Evaluates candidates of one model on one cluster (the topology is built once)."""
 
     def __init__(self, model: ModelSpec, gpus: int, topology: str, global_batch: int, precision: str = "bf16-mixed",
-                 optimizer: str = "adam", memory_cap: float | None = None, exact: bool = False):
-        self.model, self.gpus, self.topology_name = model, gpus, topology
+                 optimizer: str = "adam", memory_cap: float | None = None, exact: bool = False,
+                 device: str | None = None):
+        self.model, self.gpus, self.topology_name, self.device = model, gpus, topology, device
         self.exact = exact  # every step simulated in full; else the fast path (sim/fast.py)
         self._network_times: dict = {}  # the fast path's network op times, shared by every candidate
         self.global_batch, self.precision, self.optimizer = global_batch, precision, optimizer
-        if topology not in topologies.PRESETS:
-            raise SimparError(f"--topology: unknown {topology!r}; choose from {', '.join(topologies.PRESETS)}")
-        self.topology = topologies.build(topology, gpus, None, None)
+        self.topology = topologies.build(topology, gpus, device=device)
         self.gpu = self.topology.graph.nodes[self.topology.gpus[0]]["spec"]
         self.memory_cap = memory_cap if memory_cap is not None else self.gpu.memory_bytes
         if self.memory_cap <= 0:
@@ -129,7 +128,7 @@ class Search:
     def scenario(self, c: Candidate, microbatches: int | None = None):
         """The candidate's Scenario, at its global batch or with ``microbatches`` per step instead."""
         batch = self.global_batch if microbatches is None else c.micro_batch * c.dp * microbatches
-        return make_scenario(self.model, c.strategy, self.gpus, topology=self.topology_name,
+        return make_scenario(self.model, c.strategy, self.gpus, topology=self.topology_name, device=self.device,
                              micro_batch=c.micro_batch, global_batch=batch, precision=self.precision,
                              optimizer=self.optimizer, dp=c.dp, pp=c.pp, tp=c.tp, recompute=c.recompute,
                              schedule=c.schedule, virtual_stages=c.virtual_stages)

@@ -86,7 +86,7 @@ def test_search_command(capsys):
 @pytest.mark.parametrize("argv, message", [
     (["--memory-cap", "1e6"], "--memory-cap: no layout fits"),
     (["--strategies", "zero9"], "--strategies: unknown zero9"),
-    (["--topology", "moon"], "--topology: unknown 'moon'"),
+    (["--topology", "moon"], "--topology: unknown preset 'moon'"),
     (["--global-batch", "1"], "--global-batch: no layout"),
     (["--model", "nope"], "--model: unknown preset"),
 ])

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from simpar import devices, topologies
+from simpar import devices, topologies, units
 from simpar.cli import add_json_flag, write_json
+from simpar.errors import SimparError
+from simpar.topologies.cluster_file import dump, parse
 
 GiB = 2**30
 
@@ -15,9 +17,15 @@ def register(sub) -> None:
                        description="List the device presets (datasheet numbers; dense FLOP/s).")
     add_json_flag(p, "the presets")
     p.set_defaults(handler=list_devices)
-    p = sub.add_parser("topologies", help="list topology presets",
-                       description="List the topology presets usable with --topology.")
-    add_json_flag(p, "the presets")
+    p = sub.add_parser("topologies", help="list topology presets; --show one as a cluster file",
+                       description="List the topology presets usable with --topology; --show NAME prints one as "
+                                   "a cluster file (YAML) to edit and pass back with --cluster.")
+    p.add_argument("--show", metavar="NAME", help="print this preset as a cluster file")
+    p.add_argument("--gpus", default="8", help="with --show: GPUs to size the preset for (default 8)")
+    p.add_argument("--device", help="with --show: the GPU preset to put in it")
+    p.add_argument("--bandwidth", help="with --show, ring/star only: link bandwidth, e.g. 100GB/s")
+    p.add_argument("--latency", help="with --show, ring/star only: per-hop latency in seconds")
+    add_json_flag(p, "the presets (with --show: the cluster)")
     p.set_defaults(handler=list_topologies)
 
 
@@ -48,6 +56,11 @@ def list_devices(args) -> int:
 
 
 def list_topologies(args) -> int:
+    if args.show:
+        return show_topology(args)
+    for flag in ("device", "bandwidth", "latency"):
+        if getattr(args, flag) is not None:
+            raise SimparError(f"--{flag}: only with --show NAME")
     rows = [{"name": p.name, "max_gpus": p.max_gpus, "description": p.description,
              "takes_bandwidth_latency": p.takes_link} for p in topologies.PRESETS.values()]
     if args.json and write_json(rows, args.json):
@@ -55,4 +68,19 @@ def list_topologies(args) -> int:
     print(f"  {'name':<13}{'max gpus':>9}  description")
     for row in rows:
         print(f"  {row['name']:<13}{row['max_gpus']:>9}  {row['description']}")
+    return 0
+
+
+def show_topology(args) -> int:
+    """A preset as a cluster file; parsed back before printing, so what is shown is what --cluster reads."""
+    gpus = units.positive_int(args.gpus, "--gpus")
+    bandwidth = None if args.bandwidth is None else units.positive(args.bandwidth, "--bandwidth")
+    latency = None if args.latency is None else units.non_negative(args.latency, "--latency")
+    raw = topologies.preset_cluster(args.show, gpus, bandwidth, latency, args.device)
+    parse(raw, f"preset {args.show}").build(gpus)
+    if args.json and write_json(raw, args.json):
+        return 0
+    print(f"# simpar cluster file: preset {args.show.strip().lower()} for {gpus} GPUs (schema: docs/clusters.md)")
+    print(f"# use it with: simpar run --cluster FILE ...")
+    print(dump(raw), end="")
     return 0

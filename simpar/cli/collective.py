@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from simpar import topologies, units
-from simpar.cli import add_json_flag, write_json
+from simpar.cli import add_cluster_flags, add_json_flag, cluster_choice, write_json
 from simpar.collective_run import CollectiveResult, simulate_collective
 from simpar.collectives import OPS, normalize
 from simpar.errors import SimparError
@@ -21,10 +21,11 @@ def register(sub) -> None:
     p.add_argument("--op", default="allreduce", help=f"collective: {', '.join(OPS)} (default allreduce)")
     p.add_argument("--algo", default=None,
                    help=f"algorithm: {', '.join(algos)}; ps = Worker-Server (default ring; p2p: direct)")
-    p.add_argument("--gpus", default="8", help="number of ranks, one per GPU (default 8)")
+    p.add_argument("--gpus", help="number of ranks, one per GPU (default 8; all of a --cluster's)")
     p.add_argument("--bytes", default="1e9", help="message size S in bytes, e.g. 1e9 or 256MiB (default 1e9); "
                    "for all-gather the gathered size, for reduce-scatter the input size")
-    p.add_argument("--topology", default="ring", help="topology preset (see 'simpar topologies'; default ring)")
+    p.add_argument("--topology", help="topology preset (see 'simpar topologies'; default ring)")
+    add_cluster_flags(p)
     p.add_argument("--bandwidth", default=None, help="ring/star only: link bandwidth per direction, bytes/s")
     p.add_argument("--latency", default=None, help="ring/star only: latency per link hop, seconds")
     p.add_argument("--root", default="0", help="root rank of broadcast/reduce, sender of p2p (default 0)")
@@ -56,14 +57,14 @@ def sweep_sizes(smallest: int, largest: int) -> list[int]:
 
 def run(args) -> int:
     op, algo = normalize(args.op, args.algo)
-    gpus = units.positive_int(args.gpus, "--gpus")
+    topology_name, gpus = cluster_choice(args, "ring", 8)
     if gpus < 2:
         raise SimparError(f"--gpus: a collective needs at least 2 ranks, got {gpus}")
     nbytes = units.whole_bytes(args.bytes, "--bytes")
     bandwidth = None if args.bandwidth is None else units.positive(args.bandwidth, "--bandwidth")
     latency = None if args.latency is None else units.non_negative(args.latency, "--latency")
     root, peer = _int(args.root, "--root"), _int(args.peer, "--peer")
-    topology = topologies.build(args.topology, gpus, bandwidth, latency)
+    topology = topologies.build(topology_name, gpus, bandwidth, latency, args.device)
 
     if args.sweep:
         smallest = units.whole_bytes(args.min_bytes, "--min-bytes")

@@ -4,28 +4,58 @@ from __future__ import annotations
 
 import json
 
+from simpar.cli import add_cluster_flags, cluster_choice
 from simpar.errors import SimparError
 
 
 def register(sub) -> None:
     from simpar.plots import PANELS
 
-    p = sub.add_parser("plot", help="draw a saved run: timeline, memory, traffic per link, sim vs real",
+    p = sub.add_parser("plot", help="draw a saved run (timeline, memory, traffic, sim vs real) or a cluster",
                        description="Draw what a 'simpar run --json FILE' result holds: the per-rank timeline "
                                    "(needs --op-timeline), memory per rank by category, memory over the step "
                                    "(needs --memory-timeline), traffic per link, and with --compare-real "
-                                   "simulated vs measured.")
-    p.add_argument("result", help="a JSON file written by 'simpar run --json'")
-    p.add_argument("--out", default="simpar-run.png", help="image to write (default simpar-run.png; the "
-                                                           "suffix picks the format: png, svg, pdf)")
+                                   "simulated vs measured. With --topology or --cluster instead of a result: "
+                                   "draw that cluster (boxes, switches, links and their bandwidths).")
+    p.add_argument("result", nargs="?", help="a JSON file written by 'simpar run --json'")
+    p.add_argument("--topology", help="draw this topology preset instead of a result")
+    add_cluster_flags(p)
+    p.add_argument("--gpus", help="with --topology/--cluster: GPUs to draw (default 16; all of a --cluster's)")
+    p.add_argument("--bandwidth", help="ring/star only: link bandwidth, e.g. 100GB/s")
+    p.add_argument("--latency", help="ring/star only: per-hop latency in seconds")
+    p.add_argument("--out", help="image to write (default simpar-run.png, or simpar-topology.png; the suffix "
+                                 "picks the format: png, svg, pdf)")
     p.add_argument("--panels", help=f"comma-separated, from {', '.join(PANELS)} (default: all the file has "
                                     "data for)")
     p.set_defaults(handler=run)
 
 
+def draw_topology(args) -> int:
+    from simpar import topologies, units
+    from simpar.topology_plot import draw_cluster
+
+    if args.result is not None or args.panels:
+        raise SimparError("--topology: draws a cluster, not a result; leave the result file and --panels out")
+    name, gpus = cluster_choice(args, "dgx-a100", 16)
+    bandwidth = None if args.bandwidth is None else units.positive(args.bandwidth, "--bandwidth")
+    latency = None if args.latency is None else units.non_negative(args.latency, "--latency")
+    out = "simpar-topology.png" if args.out is None else args.out
+    draw_cluster(topologies.build(name, gpus, bandwidth, latency, args.device), out)
+    print(f"figure: {out}")
+    return 0
+
+
 def run(args) -> int:
     from simpar.plots import PANELS, save_figure
 
+    if args.topology is not None or args.cluster is not None:
+        return draw_topology(args)
+    if args.result is None:
+        raise SimparError("result: give a 'simpar run --json' file to draw, or --topology/--cluster for a cluster")
+    for flag in ("gpus", "device", "bandwidth", "latency"):
+        if getattr(args, flag) is not None:
+            raise SimparError(f"--{flag}: only with --topology or --cluster")
+    args.out = args.out or "simpar-run.png"
     try:
         with open(args.result) as handle:
             result = json.load(handle)

@@ -7,7 +7,7 @@ import os
 from dataclasses import asdict
 
 from simpar import units
-from simpar.cli import add_json_flag, write_json
+from simpar.cli import add_cluster_flags, add_json_flag, cluster_choice, write_json
 from simpar.errors import SimparError
 from simpar.deepspeed import load as load_deepspeed
 from simpar.deepspeed import read_config
@@ -31,7 +31,7 @@ def register(sub) -> None:
                                    "communication, pipeline bubble, offload), traffic and memory per rank. "
                                    "Every flag has a default, so a bare 'simpar run' works.")
     p.add_argument("--strategy", help=f"one of {', '.join(STRATEGY_NAMES)} (default ddp)")
-    p.add_argument("--gpus", default="8", help="number of GPUs (default 8)")
+    p.add_argument("--gpus", help="number of GPUs (default 8; all of a --cluster's)")
     p.add_argument("--model", help="model preset, see 'simpar models', or a Hugging Face config.json (GPT-2 or "
                                     "LLaMA style) (default gpt2; tiny-deep with --compare-real)")
     p.add_argument("--deepspeed", metavar="DS_CONFIG",
@@ -39,6 +39,7 @@ def register(sub) -> None:
                         "overlap_comm, prefetch; 'auto' values are resolved and shown, unmodelled keys listed")
     p.add_argument("--topology", help=f"one of {', '.join(TOPOLOGIES)} (default dgx-a100; --compare-real "
                                       "simulates the machine it runs on instead)")
+    add_cluster_flags(p)
     p.add_argument("--hardware", metavar="PATH",
                    help="a hardware profile from 'simpar calibrate': simulate the calibrated machine (one rank "
                         "per process) instead of --topology; a GPU profile (calibrate --backend nccl) prices "
@@ -128,13 +129,14 @@ def scenario_and_notes(args) -> tuple[Scenario, list[str]]:
     resolved "auto" values)."""
     cpu_hardware = getattr(args, "hardware", None) is not None and not is_gpu_profile(args.hardware)
     compare = getattr(args, "compare_real", False) or cpu_hardware
-    if cpu_hardware and args.topology is not None:
-        raise SimparError("--topology: --hardware gives the machine to simulate; leave --topology out")
-    if compare and args.topology is not None:
-        raise SimparError("--topology: --compare-real simulates the machine the ranks really run on "
-                          "(a built-in CPU-host profile); leave --topology out")
+    for flag, value in (("--topology", args.topology), ("--cluster", args.cluster), ("--device", args.device)):
+        if cpu_hardware and value is not None:
+            raise SimparError(f"{flag}: --hardware gives the machine to simulate; leave {flag} out")
+        if compare and value is not None:
+            raise SimparError(f"{flag}: --compare-real simulates the machine the ranks really run on "
+                              f"(a built-in CPU-host profile); leave {flag} out")
     spec, notes = resolve_model(args.model or ("tiny-deep" if compare else "gpt2"))
-    gpus = units.positive_int(args.gpus, "--gpus")
+    topology, gpus = cluster_choice(args, "dgx-a100", 8)
     micro_batch = _optional_int(args.micro_batch, "--micro-batch")
     global_batch = _optional_int(args.global_batch, "--global-batch")
     microbatches = _optional_int(args.microbatches, "--microbatches")
@@ -155,7 +157,7 @@ def scenario_and_notes(args) -> tuple[Scenario, list[str]]:
                "max_reuse_distance": units.positive_int(args.max_reuse_distance, "--max-reuse-distance", minimum=0),
                **options}
     scenario = make_scenario(
-        spec, strategy, gpus, topology="cpu-host" if compare else args.topology or "dgx-a100",
+        spec, strategy, gpus, topology="cpu-host" if compare else topology, device=args.device,
         micro_batch=micro_batch or 1, global_batch=global_batch, microbatches=microbatches,
         precision=precision or ("fp32" if compare else "bf16-mixed"), optimizer=optimizer,
         dp=_optional_int(args.dp, "--dp"), pp=_optional_int(args.pp, "--pp"), tp=_optional_int(args.tp, "--tp"),
@@ -241,7 +243,8 @@ def write_figures(args, scenario: Scenario, result: dict) -> list[str]:
 def print_result(scenario: Scenario, result: SimResult) -> None:
     s, t, c = scenario.strategy, scenario.train, scenario.cluster
     tokens = t.global_batch * scenario.model.seq
-    print(f"{s.name} on {c.gpus} GPUs ({c.topology}): {scenario.model.name}, {t.precision}, {t.optimizer}")
+    where = c.topology + (f", GPUs swapped for {c.device}" if c.device else "")
+    print(f"{s.name} on {c.gpus} GPUs ({where}): {scenario.model.name}, {t.precision}, {t.optimizer}")
     print(f"  layout dp {s.dp} x pp {s.pp} x tp {s.tp}; global batch {t.global_batch} = micro-batch "
           f"{t.micro_batch} x dp {s.dp} x {scenario.microbatches} micro-batch(es)")
     print(f"\nstep time {units.human_time(result.step_time_s)}  "

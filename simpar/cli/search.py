@@ -10,7 +10,7 @@ from collections import Counter
 from tqdm import tqdm
 
 from simpar import units
-from simpar.cli import add_json_flag, write_json
+from simpar.cli import add_cluster_flags, add_json_flag, cluster_choice, write_json
 from simpar.errors import SimparError
 from simpar.models import resolve_model
 from simpar.search import DATA_PARALLEL, Search, ranked, run_search
@@ -26,8 +26,9 @@ def register(sub) -> None:
                                    "none/selective/full; 1F1B and interleaved schedules) at one global batch, drop "
                                    "those over the memory cap, simulate the rest and rank them by step time.")
     p.add_argument("--model", default="llama2-13b", help="preset or Hugging Face config.json (default llama2-13b)")
-    p.add_argument("--gpus", default="64", help="number of GPUs (default 64)")
-    p.add_argument("--topology", default="dgx-a100", help="cluster preset (default dgx-a100)")
+    p.add_argument("--gpus", help="number of GPUs (default 64; all of a --cluster's)")
+    p.add_argument("--topology", help="cluster preset (default dgx-a100)")
+    add_cluster_flags(p)
     p.add_argument("--global-batch", help="sequences per step, the same for every layout (default 4 x GPUs)")
     p.add_argument("--memory-cap", help="bytes a GPU may use (default: the GPU's memory), e.g. 80e9 or 70GiB")
     p.add_argument("--precision", default="bf16-mixed", help=f"one of {', '.join(PRECISIONS)}")
@@ -45,7 +46,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     spec, notes = resolve_model(args.model)
-    gpus = units.positive_int(args.gpus, "--gpus")
+    topology, gpus = cluster_choice(args, "dgx-a100", 64)
     batch = units.positive_int(args.global_batch, "--global-batch") if args.global_batch else 4 * gpus
     cap = None if args.memory_cap is None else units.positive(args.memory_cap, "--memory-cap")
     top = units.positive_int(args.top, "--top")
@@ -57,7 +58,7 @@ def run(args) -> int:
                           f"{', '.join(STRATEGIES)}")
     if args.precision not in PRECISIONS:
         raise SimparError(f"--precision: must be one of {', '.join(PRECISIONS)}, got {args.precision!r}")
-    search_args = (spec, gpus, args.topology.strip().lower(), batch, args.precision, args.optimizer, cap, args.exact)
+    search_args = (spec, gpus, topology, batch, args.precision, args.optimizer, cap, args.exact, args.device)
     search = Search(*search_args)  # checks the topology and cap before any work
     todo = search.candidates(strategies)
     if not todo:

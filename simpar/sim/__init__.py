@@ -47,7 +47,7 @@ class SimResult:
 
 def build_topology(scenario: Scenario) -> Topology:
     cluster = scenario.cluster
-    return topologies.build(cluster.topology, cluster.gpus, cluster.bandwidth, cluster.latency)
+    return topologies.build(cluster.topology, cluster.gpus, cluster.bandwidth, cluster.latency, cluster.device)
 
 
 def simulate(scenario: Scenario, topology: Topology | None = None, plan: Plan | None = None,

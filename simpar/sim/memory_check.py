@@ -54,7 +54,7 @@ def _alternatives(scenario: Scenario, gpu) -> str:
         if name == spec.name:
             continue
         try:
-            alt = make_scenario(scenario.model, name, cluster.gpus, topology=cluster.topology,
+            alt = make_scenario(scenario.model, name, cluster.gpus, topology=cluster.topology, device=cluster.device,
                                 micro_batch=train.micro_batch, global_batch=train.global_batch,
                                 precision=train.precision, optimizer=train.optimizer,
                                 recompute=spec.recompute, flash_attention=spec.flash_attention)

@@ -287,4 +287,4 @@ def dump(raw: dict) -> str:
     """A cluster's dict as YAML, keys in the schema's order."""
     import yaml
 
-    return yaml.safe_dump(raw, sort_keys=False, default_flow_style=False, allow_unicode=True)
+    return yaml.safe_dump(raw, sort_keys=False, default_flow_style=False, allow_unicode=True, width=1000)

@@ -9,3 +9,12 @@ class SimparError(ValueError):
 
     The message names the offending field (e.g. ``--gpus``) so the user knows what to change.
     """
+
+
+class Terminated(BaseException):
+    """SIGTERM or SIGHUP arrived (a scheduler, ``timeout``, a closed terminal): unwinds like Ctrl-C,
+    so every ``finally`` runs (real runs kill their rank processes) before the CLI exits 128 + signal."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum

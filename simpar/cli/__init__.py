@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import threading
 
-from simpar.errors import SimparError
+from simpar.errors import SimparError, Terminated
 
 
 class _Parser(argparse.ArgumentParser):
@@ -76,8 +78,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _terminate(signum, frame):
+    raise Terminated(signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    # SIGTERM and SIGHUP unwind like Ctrl-C, so real runs stop their ranks on the way out
+    signals = [getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name)]
+    in_main = threading.current_thread() is threading.main_thread()  # only it may set handlers
+    previous = {sig: signal.signal(sig, _terminate) for sig in signals} if in_main else {}
     try:
         args = parser.parse_args(argv)
         if args.command is None:
@@ -93,3 +103,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("simpar: interrupted", file=sys.stderr)
         return 130
+    except Terminated as exc:
+        print(f"simpar: terminated by {signal.Signals(exc.signum).name} (rank processes, if any, stopped)",
+              file=sys.stderr)
+        return 128 + exc.signum
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

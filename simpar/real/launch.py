@@ -7,15 +7,19 @@ It returns the workers' results in rank order.
 
 Faults: a rank that raises, dies or hangs ends the whole run within ``timeout`` seconds; every
 child is killed and reaped, and the error names the rank and the op it was in. A port taken
-between choosing and binding it is retried on another. Ctrl-C tears the children down too.
+between choosing and binding it is retried on another. Ctrl-C, SIGTERM and SIGHUP (raised as
+exceptions by the CLI) tear the children down too, and a rank dies with simpar if simpar is killed.
 """
 
 from __future__ import annotations
 
 import ctypes
+import ctypes.util
 import os
 import queue
+import signal
 import socket
+import threading
 import time
 import traceback
 from dataclasses import dataclass
@@ -29,6 +33,7 @@ import torch.multiprocessing as mp
 from simpar.errors import SimparError
 
 _OP_CHARS = 160
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
 _PORT_TRIES = 3
 
 
@@ -74,7 +79,27 @@ class _OpLabel:
             self.ctx._set("")
 
 
-def _entry(rank, world, port, backend, timeout, worker, args, results, ops, steps):
+def _die_with_parent(parent: int) -> None:
+    """End this rank when simpar ends, however it ends (SIGKILL included): on Linux the kernel
+    sends SIGKILL on the parent's death (prctl PR_SET_PDEATHSIG); elsewhere a thread watches for
+    the rank being reparented."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl")
+    except (OSError, AttributeError):
+        def watch():
+            while os.getppid() == parent:
+                time.sleep(0.5)
+            os._exit(1)
+
+        threading.Thread(target=watch, daemon=True, name="parent-watch").start()
+    if os.getppid() != parent:  # the parent died before the request above took effect
+        os._exit(1)
+
+
+def _entry(rank, world, port, backend, timeout, worker, args, results, ops, steps, parent):
+    _die_with_parent(parent)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     # One thread per rank: torch is imported (and its thread pool sized to every core) before this
     # runs, and several ranks' OpenMP pools spin-waiting on the same cores slow compute 100-fold.
@@ -118,13 +143,14 @@ def _launch_once(worker, world, args, timeout, backend, port, progress) -> list:
     results = ctx.Queue()
     ops = ctx.Array(ctypes.c_char, _OP_CHARS * world, lock=False)
     steps = ctx.Array(ctypes.c_int, world, lock=False)
-    procs = [ctx.Process(target=_entry, args=(r, world, port, backend, timeout, worker, args, results, ops, steps),
-                         name=f"simpar-rank{r}") for r in range(world)]
+    procs = [ctx.Process(target=_entry, args=(r, world, port, backend, timeout, worker, args, results, ops, steps,
+                                              os.getpid()), name=f"simpar-rank{r}") for r in range(world)]
     reported = 0
     for p in procs:
         p.start()
     outcome: dict[int, object] = {}
     deadline = time.monotonic() + timeout
+    finished = False
     try:
         while len(outcome) < world:
             try:
@@ -149,9 +175,10 @@ def _launch_once(worker, world, args, timeout, backend, port, progress) -> list:
                 late = [r for r in range(world) if r not in outcome]
                 where = "; ".join(f"rank {r}{_where(ops, r)}" for r in late)
                 raise SimparError(f"--timeout: {len(late)} rank(s) did not finish within {timeout:g} s: {where}")
+        finished = True
         return [outcome[r] for r in range(world)]
-    finally:
-        _reap(procs)
+    finally:  # on any failure, signal or Ctrl-C too: kill at once; after success let the ranks exit
+        _reap(procs, grace=2.0 if finished else 0.0)
         results.close()
 
 
@@ -172,10 +199,11 @@ def _where(ops, rank: int) -> str:
     return f" in {label}" if label else ""
 
 
-def _reap(procs) -> None:
-    """Let finished ranks exit; kill the rest; wait for every one."""
+def _reap(procs, grace: float) -> None:
+    """Give ranks ``grace`` seconds to exit; kill the rest; wait for every one."""
+    end = time.monotonic() + grace
     for p in procs:
-        p.join(timeout=2.0)
+        p.join(timeout=max(0.0, end - time.monotonic()))
     for p in procs:
         if p.is_alive():
             p.kill()

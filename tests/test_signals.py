@@ -1,0 +1,89 @@
+"""A real run dies cleanly on every signal: SIGTERM and SIGHUP end it like Ctrl-C (ranks stopped,
+exit 128 + signal, one line saying so), and SIGKILL to simpar takes its ranks with it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")]
+
+
+def children(pid: int) -> list[int]:
+    """Processes whose parent is ``pid`` (Linux /proc)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as handle:
+                stat = handle.read()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:  # the field after the state
+            found.append(int(entry))
+    return found
+
+
+def rank_processes(pid: int) -> list[int]:
+    ranks = []
+    for child in children(pid):
+        try:
+            with open(f"/proc/{child}/cmdline", "rb") as handle:
+                cmdline = handle.read()
+        except OSError:
+            continue
+        if b"spawn_main" in cmdline:  # multiprocessing's spawned ranks (not its resource tracker)
+            ranks.append(child)
+    return ranks
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+RUN = ["run", "--compare-real", "--gpus", "4", "--model", "tiny", "--steps", "100000", "--timeout", "300"]
+# validate runs its cases through the same launcher (calibrating first where it has no profile)
+VALIDATE = ["validate", "--gpus", "4", "--strategies", "ddp", "--steps", "100000", "--timeout", "300"]
+
+
+@pytest.mark.parametrize("sig,command", [(signal.SIGTERM, RUN), (signal.SIGHUP, RUN), (signal.SIGKILL, RUN),
+                                         (signal.SIGTERM, VALIDATE)],
+                         ids=["SIGTERM-run", "SIGHUP-run", "SIGKILL-run", "SIGTERM-validate"])
+def test_a_signal_to_a_real_run_leaves_no_rank_behind(tmp_path, sig, command):
+    proc = subprocess.Popen([sys.executable, "-m", "simpar", *command], cwd=tmp_path,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        ranks = []
+        while len(ranks) < 4:
+            assert proc.poll() is None, proc.stderr.read().decode()
+            assert time.monotonic() < deadline, "the ranks never started"
+            time.sleep(0.5)
+            ranks = rank_processes(proc.pid)
+        time.sleep(3)  # the ranks are past start-up, inside the run
+        os.kill(proc.pid, sig)
+        code = proc.wait(timeout=30)
+        gone_by = time.monotonic() + 10
+        while any(alive(r) for r in ranks) and time.monotonic() < gone_by:
+            time.sleep(0.2)
+        assert not [r for r in ranks if alive(r)], f"rank processes left after {sig.name}"
+        err = proc.stderr.read().decode().strip().splitlines()
+        if sig == signal.SIGKILL:
+            assert code == -signal.SIGKILL
+        else:
+            assert code == 128 + sig
+            assert err[-1] == f"simpar: terminated by {sig.name} (rank processes, if any, stopped)"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()

@@ -36,7 +36,7 @@ def cases():
 @pytest.mark.parametrize("assignment, solution", list(cases()))
 def test_grader(assignment, solution):
     if solution == "reference":
-        result = grade(assignment, f"simpar.course.solutions.{assignment}")
+        result = grade(assignment, f"instructor.solutions.{assignment}")
         assert result.returncode == 0, result.stdout[-3000:]
         assert " passed" in result.stdout and "skipped" not in result.stdout
         return

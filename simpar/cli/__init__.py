@@ -63,7 +63,7 @@ def write_json(data, destination: str) -> bool:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from simpar.cli import calibrate, catalog, collective, models, plot, run, search, validate
+    from simpar.cli import calibrate, catalog, collective, lessons, models, plot, run, search, validate
 
     parser = _Parser(prog="simpar", description="Simulate, run for real and teach distributed training.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -75,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     validate.register(sub)
     plot.register(sub)
     search.register(sub)
+    lessons.register(sub)
     return parser
 
 

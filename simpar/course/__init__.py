@@ -1,3 +1,4 @@
 """Course support: the adapter graders load solutions through, the communicator students program
-against, and simpar's reference solutions (``simpar.course.solutions``). The assignments live in
+against. simpar's reference solutions are not part of the package: they live in ``instructor/``
+of the repository, for its tests and for teachers. The assignments live in
 ``assignments/`` at the top of the repository."""

@@ -1,5 +1,5 @@
 """Which solution a grader grades: the student's file beside the grader, or the one named by the
-``SIMPAR_SOLUTION`` environment variable (a module such as ``simpar.course.solutions.a1`` or a
+``SIMPAR_SOLUTION`` environment variable (a module such as ``instructor.solutions.a1`` or a
 path to a .py file). The variable lets a teacher grade any file, and simpar's own tests prove a
 grader passes the reference and fails the stub and planted bugs."""
 

@@ -1,5 +1,5 @@
 """Planted bug: the all-gather forwards the wrong chunk (i - k instead of i + 1 - k)."""
-from simpar.course.solutions.a1 import chunk_bytes
+from instructor.solutions.a1 import chunk_bytes
 
 
 def ring_allreduce_schedule(world, nbytes):

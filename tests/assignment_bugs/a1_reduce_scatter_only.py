@@ -1,6 +1,6 @@
 """Planted bug: stops after the reduce-scatter (each rank has one chunk's sum, not all)."""
-from simpar.course.solutions.a1 import chunk_bytes  # noqa: F401
-from simpar.course.solutions.a1 import ring_allreduce_schedule as _full
+from instructor.solutions.a1 import chunk_bytes  # noqa: F401
+from instructor.solutions.a1 import ring_allreduce_schedule as _full
 
 
 def ring_allreduce_schedule(world, nbytes):

@@ -1,5 +1,5 @@
 """Planted bug: mixed precision without the fp32 master copy (12 bytes of Adam become 8)."""
-from simpar.course.solutions.a2 import model_states as _right
+from instructor.solutions.a2 import model_states as _right
 
 
 def model_states(params, strategy, gpus, precision="bf16-mixed", optimizer="adam"):

@@ -1,5 +1,5 @@
 """Planted bug: offload leaves the optimizer states on the GPU (only the gradients move)."""
-from simpar.course.solutions.a2 import model_states as _right
+from instructor.solutions.a2 import model_states as _right
 
 
 def model_states(params, strategy, gpus, precision="bf16-mixed", optimizer="adam"):

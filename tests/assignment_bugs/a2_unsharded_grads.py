@@ -1,5 +1,5 @@
 """Planted bug: ZeRO-2 shards the optimizer states but forgets the gradients."""
-from simpar.course.solutions.a2 import model_states as _right
+from instructor.solutions.a2 import model_states as _right
 
 
 def model_states(params, strategy, gpus, precision="bf16-mixed", optimizer="adam"):

@@ -1,5 +1,5 @@
 """Planted bug: the drain runs its backwards newest first."""
-from simpar.course.solutions.a3 import one_f_one_b as _right
+from instructor.solutions.a3 import one_f_one_b as _right
 
 
 def one_f_one_b(stages, microbatches):

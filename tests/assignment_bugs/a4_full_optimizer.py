@@ -2,7 +2,7 @@
 trains right, but it is DDP's memory, not ZeRO-2's."""
 import torch
 
-from simpar.course.solutions.a4 import shard_range  # noqa: F401
+from instructor.solutions.a4 import shard_range  # noqa: F401
 
 
 class Zero2:

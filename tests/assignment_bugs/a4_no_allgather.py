@@ -1,6 +1,6 @@
 """Planted bug: updates its own shard and never gathers the others' updates."""
-from simpar.course.solutions.a4 import Zero2 as _Right
-from simpar.course.solutions.a4 import shard_range
+from instructor.solutions.a4 import Zero2 as _Right
+from instructor.solutions.a4 import shard_range
 
 
 class Zero2(_Right):

@@ -1,8 +1,8 @@
 """Planted bug: the reduced gradient is the sum over ranks, not the mean."""
 import torch  # noqa: F401
 
-from simpar.course.solutions.a4 import Zero2 as _Right
-from simpar.course.solutions.a4 import shard_range  # noqa: F401
+from instructor.solutions.a4 import Zero2 as _Right
+from instructor.solutions.a4 import shard_range  # noqa: F401
 
 
 class Zero2(_Right):

@@ -35,6 +35,28 @@ fig, ax = plt.subplots(figsize=(7, 4))
 plots.plot_series(ax, ns, {"Worker-Server: server": server, "Worker-Server: worker": worker,
                            "ring: every rank": ring}, "ranks N", "GB sent per all-reduce of 1 GB",
                   "who carries the traffic", logy=True)"""),
+    md("""
+## Try it: ranks, message size and bandwidth
+
+Move the sliders (in JupyterLab: `simpar lessons`). Worker-Server's time grows with N, the ring's
+hardly moves; at small messages the ring's 2(N−1) latency steps start to show."""),
+    code("""
+from ipywidgets import FloatLogSlider, IntSlider, interact
+
+
+def race(ranks=8, megabytes=256.0, gigabits_per_s=100.0):
+    size, rate = megabytes * 1e6, gigabits_per_s * 1e9 / 8
+    ps = simulate_collective(topologies.build("star", ranks, rate, 5e-6), "allreduce", "ps", size)
+    rg = simulate_collective(topologies.build("ring", ranks, rate, 5e-6), "allreduce", "ring", size)
+    print(f"{ranks} ranks, {megabytes:g} MB at {gigabits_per_s:g} Gb/s: Worker-Server {units.human_time(ps.time_s)}, "
+          f"ring {units.human_time(rg.time_s)} ({ps.time_s / rg.time_s:.1f}x faster)")
+    fig, ax = plt.subplots(figsize=(6, 2.5))
+    plots.plot_bars(ax, {"Worker-Server": ps.time_s * 1e3, "ring": rg.time_s * 1e3}, "ms", "one all-reduce")
+    plt.show()
+
+
+interact(race, ranks=IntSlider(value=8, min=2, max=64), megabytes=FloatLogSlider(value=256, base=2, min=-4, max=12),
+         gigabits_per_s=FloatLogSlider(value=100, base=10, min=0, max=3));"""),
     md("## Time on PCIe vs NVLink"),
     code("""
 times = {}

@@ -23,6 +23,28 @@ for strategy in ["ddp", "zero1", "zero2", "zero3"]:
 print({k: round(v[3], 1) for k, v in series.items()}, "GB at N=64 (paper: 120, 31.4, 16.6, 1.9)")
 fig, ax = plt.subplots(figsize=(7, 4))
 plots.plot_series(ax, ns, series, "GPUs", "GB of model states per GPU", "ZeRO memory", logx=True, logy=True)"""),
+    md("""
+## Try it: ZeRO stage and N
+
+Pick a model size, a stage and a number of GPUs; the bars are each category's bytes per GPU
+(mixed-precision Adam: 2Φ weights, 2Φ gradients, 12Φ optimizer states, each divided by N from its
+stage on)."""),
+    code("""
+from ipywidgets import Dropdown, FloatLogSlider, IntSlider, interact
+
+
+def per_gpu(billions=7.5, stage="zero2", gpus=64):
+    states = model_states(stage, int(billions * 1e9), gpus, TrainSpec(global_batch=gpus, micro_batch=1))
+    print(f"{billions:g}B parameters, {stage} on {gpus} GPUs: {units.human_bytes(states.total)} of model states per GPU")
+    fig, ax = plt.subplots(figsize=(6, 2.5))
+    plots.plot_bars(ax, {"params": states.params / 1e9, "grads": states.grads / 1e9,
+                         "optimizer": states.optimizer / 1e9}, "GB per GPU", f"{stage}, N = {gpus}")
+    plt.show()
+
+
+interact(per_gpu, billions=FloatLogSlider(value=7.5, base=10, min=-1, max=3),
+         stage=Dropdown(options=["ddp", "zero1", "zero2", "zero3"], value="zero2"),
+         gpus=IntSlider(value=64, min=1, max=1024));"""),
     md("## Traffic and time on DGX A100 nodes"),
     code("""
 m = model("gpt2-xl")

@@ -34,6 +34,29 @@ for schedule, v in [("1f1b", 1), ("interleaved", 2)]:
     series[f"(p-1)/(v m+p-1), v={v}"] = [3 / (v * m_ + 3) for m_ in ms]
 fig, ax = plt.subplots(figsize=(7, 4))
 plots.plot_series(ax, ms, series, "micro-batches m", "bubble fraction", "p = 4 stages", logx=True)"""),
+    md("""
+## Try it: micro-batches and stages
+
+The simulated bubble beside (p−1)/(v·m + p−1): slide m up and watch it shrink."""),
+    code("""
+from ipywidgets import IntSlider, interact
+
+
+def bubble(stages=4, microbatches=8, virtual_stages=1):
+    schedule = "interleaved" if virtual_stages > 1 else "1f1b"
+    m_ = microbatches if schedule == "1f1b" else -(-microbatches // stages) * stages  # interleaving: m % p == 0
+    r = simulate(make_scenario(model("gpt2-medium"), "pp", stages, schedule=schedule, virtual_stages=virtual_stages,
+                               microbatches=m_, topology="dgx-a100"))
+    formula = (stages - 1) / (virtual_stages * m_ + stages - 1)
+    print(f"p={stages}, m={m_}, v={virtual_stages}: simulated bubble {r.breakdown['bubble'] / r.step_time_s:.1%}, "
+          f"formula {formula:.1%}, step {units.human_time(r.step_time_s)}")
+    fig, ax = plt.subplots(figsize=(10, 2.5))
+    plots.plot_timeline(ax, r.op_timeline, f"{schedule}, p={stages}, m={m_}, v={virtual_stages}")
+    plt.show()
+
+
+interact(bubble, stages=IntSlider(value=4, min=2, max=8), microbatches=IntSlider(value=8, min=1, max=32),
+         virtual_stages=IntSlider(value=1, min=1, max=3));"""),
     md("## Activation memory per stage"),
     code("""
 fig, axes = plt.subplots(1, 2, figsize=(12, 3.5), sharey=True)

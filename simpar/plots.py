@@ -39,16 +39,17 @@ def plot_timeline(ax, op_timeline: list[dict], title: str = "timeline", max_rank
     rows = _ranks(op_timeline, max_ranks)
     used = [s for s in STREAMS if any(e["stream"] == s for _, ops in rows for e in ops)]
     lane = 1.0 / max(len(used), 1)
-    seen = set()
+    bars: dict[tuple, list] = {}  # one broken_barh per lane and class: thousands of ops draw in one call each
     for y, (rank, ops) in enumerate(rows):
         for entry in ops:
-            kind = entry["class"]
-            bottom = y + used.index(entry["stream"]) * lane
-            # a posted receive spans its wait: drawn faint, so the work stays readable
-            ax.broken_barh([(1e3 * entry["start"], 1e3 * (entry["end"] - entry["start"]))], (bottom, lane * 0.9),
-                           color=CLASS_COLOURS[kind], alpha=0.3 if entry["stream"] == "recv" else 1.0,
-                           label=None if kind in seen else kind)
-            seen.add(kind)
+            key = (y + used.index(entry["stream"]) * lane, entry["class"], entry["stream"] == "recv")
+            bars.setdefault(key, []).append((1e3 * entry["start"], 1e3 * (entry["end"] - entry["start"])))
+    seen = set()
+    for (bottom, kind, receive), spans in bars.items():
+        # a posted receive spans its wait: drawn faint, so the work stays readable
+        ax.broken_barh(spans, (bottom, lane * 0.9), color=CLASS_COLOURS[kind], alpha=0.3 if receive else 1.0,
+                       label=None if kind in seen else kind)
+        seen.add(kind)
     ax.set_yticks([y + 0.5 for y in range(len(rows))], [f"rank {rank}" for rank, _ in rows])
     ax.invert_yaxis()
     ax.set_xlabel("time in the step (ms)")

@@ -79,7 +79,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+_HANDLER_PID: list[int] = []  # the process that installed _terminate
+
+
 def _terminate(signum, frame):
+    if _HANDLER_PID and os.getpid() != _HANDLER_PID[-1]:
+        # a forked helper (search's worker pool) inherited the handler: die as the signal says, quietly
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        return
     raise Terminated(signum)
 
 
@@ -89,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     signals = [getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name)]
     in_main = threading.current_thread() is threading.main_thread()  # only it may set handlers
     previous = {sig: signal.signal(sig, _terminate) for sig in signals} if in_main else {}
+    _HANDLER_PID.append(os.getpid())
     try:
         args = parser.parse_args(argv)
         if args.command is None:
@@ -109,5 +118,6 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 128 + exc.signum
     finally:
+        _HANDLER_PID.pop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)

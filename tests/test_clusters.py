@@ -4,6 +4,7 @@ say (closed forms), and bad files fail with one line naming the key."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 import simpy
@@ -212,3 +213,28 @@ def test_unreadable_and_conflicting_cluster_flags(tmp_path, capsys):
     assert "leave --topology out" in capsys.readouterr().err
     assert main(["run", "--cluster", write(tmp_path, ETH4), "--gpus", "12"]) == 2
     assert "not a multiple of 8" in capsys.readouterr().err
+
+
+def test_a_step_on_an_oversubscribed_fat_tree(tmp_path):
+    """Oversubscription costs what crosses the uplinks. NCCL-style rings (one per local GPU) cross a
+    leaf boundary only where the ring passes from one leaf's nodes to the next: 8 flows against an
+    uplink of 8 nodes x 8 NICs / 2, so 2:1 leaves of 8 nodes cost a ring nothing. With one node per
+    leaf every ring hop between nodes crosses: 8 flows on 4 NICs' worth, the same step exposes more
+    communication. Bytes on every link are the same either way."""
+    raw = yaml.safe_load((Path(__file__).resolve().parents[1] / "examples/clusters/fat-tree-2to1.yaml").read_text())
+    for per_leaf, slower in ((8, False), (1, True)):
+        results = {}
+        for ratio in (1, 2):
+            raw["network"].update(oversubscription=ratio, nodes_per_leaf=per_leaf)
+            path = write(tmp_path, raw, f"ft{ratio}.yaml")
+            scenario = make_scenario(MODELS["gpt2-xl"], "ddp", 128, topology=path)
+            results[ratio] = (simulate(scenario), simulate_collective(topologies.build(path, 128), "allreduce", "ring",
+                                                                      2**30))
+        (step1, ring1), (step2, ring2) = results[1], results[2]
+        assert step1.links == step2.links
+        assert [r["bytes_sent"] for r in step1.ranks] == [r["bytes_sent"] for r in step2.ranks]
+        if slower:
+            assert ring2.time_s > 1.5 * ring1.time_s
+            assert step2.breakdown["communication"] > 1.3 * step1.breakdown["communication"]
+        else:
+            assert ring2.time_s == ring1.time_s and step2.step_time_s == step1.step_time_s

@@ -38,17 +38,31 @@ NOT_MODELLED = {
 }
 ZERO_NOT_MODELLED = {
     "contiguous_gradients", "reduce_scatter", "round_robin_gradients", "stage3_max_live_parameters",
-    "stage3_max_reuse_distance", "stage3_param_persistence_threshold", "stage3_gather_16bit_weights_on_model_save",
+    "stage3_param_persistence_threshold", "stage3_gather_16bit_weights_on_model_save",
     "stage3_gather_fp16_weights_on_model_save", "sub_group_size", "elastic_checkpoint", "ignore_unused_parameters",
     "use_multi_rank_bucket_allreduce", "zero_hpz_partition_size", "zero_quantized_weights",
-    "zero_quantized_gradients", "memory_efficient_linear", "cpu_offload", "load_from_fp32_weights",
-    "allgather_partitions", "allgather_bucket_size", "mics_shard_size", "legacy_stage1",
+    "zero_quantized_gradients", "zero_quantized_nontrainable_weights", "memory_efficient_linear",
+    "load_from_fp32_weights", "allgather_partitions", "allgather_bucket_size", "mics_shard_size", "legacy_stage1",
+    "stage3_model_persistence_threshold", "stage3_module_granularity_threshold", "compute_grad_norm",
+    "stage3_use_all_reduce_for_fetch_params", "stage3_allgather_sequential", "cpu_offload_use_pin_memory",
+    "parameter_alignment", "pipeline_loading_checkpoint", "override_module_apply", "log_trace_cache_warnings",
+    "enable_sanity_checks", "zenflow", "leaf_module", "mics_hierarchical_params_gather",
 }
+# DeepSpeed reads its ZeRO-3 fields by name or by their "stage3_" alias (pydantic, populate_by_name);
+# simpar keys them by the alias, the name its docs and templates use
+ZERO_ALIASES = {name: f"stage3_{name}" for name in (
+    "prefetch_bucket_size", "param_persistence_threshold", "model_persistence_threshold", "max_live_parameters",
+    "max_reuse_distance", "gather_16bit_weights_on_model_save", "module_granularity_threshold",
+    "use_all_reduce_for_fetch_params", "allgather_sequential")}
+# DeepSpeed's defaults (deepspeed/runtime/zero/config.py, 0.19) for what a config leaves out
+ZERO_DEFAULTS = {"reduce_bucket_size": 500_000_000, "stage3_prefetch_bucket_size": 50_000_000,
+                 "stage3_param_persistence_threshold": 100_000, "stage3_max_live_parameters": 1_000_000_000,
+                 "stage3_max_reuse_distance": 1_000_000_000, "sub_group_size": 1_000_000_000}
 REASONS = {"allgather_bucket_size": "simpar gathers updated parameters in the reduce buckets"}
 TOP_LEVEL = {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
-             "zero_optimization", "fp16", "bf16", "optimizer", "data_types"}
+             "zero_optimization", "fp16", "bf16", "bfloat16", "optimizer", "data_types"}
 ZERO_READ = {"stage", "offload_optimizer", "offload_param", "reduce_bucket_size", "overlap_comm",
-             "stage3_prefetch_bucket_size"}
+             "stage3_prefetch_bucket_size", "stage3_max_reuse_distance"}
 OPTIMIZER_TYPES = {"adam": "adam", "adamw": "adamw", "fusedadam": "adam", "cpuadam": "adam",
                    "deepspeedcpuadam": "adam", "sgd": "sgd"}
 
@@ -64,7 +78,9 @@ class DeepSpeedSettings:
     precision: str
     optimizer: str | None
     options: dict  # StrategySpec fields: bucket_bytes, prefetch, overlap_comm
+    effective: dict[str, object] = field(default_factory=dict)  # DeepSpeed's name -> the value it runs with
     resolved: dict[str, object] = field(default_factory=dict)  # "auto" or missing key -> the value it took
+    defaults: dict[str, object] = field(default_factory=dict)  # ZeRO keys left out -> DeepSpeed's default
     ignored: list[str] = field(default_factory=list)  # DeepSpeed keys read but not modelled
     unknown: list[str] = field(default_factory=list)  # keys DeepSpeed does not have
 
@@ -74,6 +90,9 @@ class DeepSpeedSettings:
         if self.resolved:
             values = ", ".join(f"{k}={v}" for k, v in self.resolved.items())
             lines.append(f"deepspeed: resolved (\"auto\" or not given): {values}")
+        if self.defaults:
+            values = ", ".join(f"{k}={v}" for k, v in self.defaults.items())
+            lines.append(f"deepspeed: DeepSpeed's defaults (not in the config): {values}")
         if self.ignored:
             lines.append("deepspeed: not modelled (no effect on this simulation): " + ", ".join(self.ignored))
         if self.unknown:
@@ -152,11 +171,36 @@ def _batch(config: dict, dp: int, micro_flag: int | None, global_flag: int | Non
     return micro, accumulation, total
 
 
+def _zero_section(config: dict, resolved: dict) -> dict:
+    """zero_optimization with DeepSpeed's aliases and deprecated keys read as DeepSpeed reads them."""
+    zero = config.get("zero_optimization") or {}
+    if not isinstance(zero, dict):
+        raise SimparError("--deepspeed: zero_optimization must be an object")
+    out: dict = {}
+    for key, value in zero.items():
+        name = ZERO_ALIASES.get(key, key)
+        if name in out:
+            raise SimparError(f"--deepspeed: zero_optimization gives {name} twice (also as {key})")
+        out[name] = value
+    # deprecated booleans (DeepSpeed maps them to the offload sections)
+    for old, new in (("cpu_offload", "offload_optimizer"), ("cpu_offload_param", "offload_param")):
+        if old in out:
+            flag = out.pop(old)
+            if flag is True and out.get(new) is None:
+                out[new] = {"device": "cpu"}
+                resolved[f"zero_optimization.{new}.device"] = f"cpu (from the deprecated {old})"
+    return out
+
+
 def _precision(config: dict, flag: str | None, resolved: dict) -> str:
-    """fp16 / bf16 enabled -> mixed precision; neither -> fp32, as in DeepSpeed; "auto" -> --precision."""
+    """fp16 / bf16 enabled -> mixed precision; neither -> fp32, as in DeepSpeed; "auto" -> --precision.
+    ``bfloat16`` is DeepSpeed's old name for ``bf16``, read where ``bf16`` is absent (precision_config.py)."""
     enabled = {}
     for key in ("fp16", "bf16"):
-        section = config.get(key) or {}
+        section = config.get(key)
+        if section is None and key == "bf16":
+            section = config.get("bfloat16")
+        section = section or {}
         if not isinstance(section, dict):
             raise SimparError(f"--deepspeed: {key} must be an object")
         enabled[key] = _value(section, "enabled", f"{key}.", kind=bool, auto=None)
@@ -176,10 +220,8 @@ def read_config(config: dict, model: ModelSpec, dp: int, precision_flag: str | N
     """Resolve a parsed DeepSpeed config for ``model`` on ``dp`` data-parallel ranks."""
     if not isinstance(config, dict):
         raise SimparError("--deepspeed: the config must be a JSON object")
-    zero = config.get("zero_optimization") or {}
-    if not isinstance(zero, dict):
-        raise SimparError("--deepspeed: zero_optimization must be an object")
     resolved: dict[str, object] = {}
+    zero = _zero_section(config, resolved)
     stage = _value(zero, "stage", "zero_optimization.", auto=0)
     strategy = _strategy(stage, _device(zero.get("offload_optimizer"), "offload_optimizer"),
                          _device(zero.get("offload_param"), "offload_param"))
@@ -188,20 +230,20 @@ def read_config(config: dict, model: ModelSpec, dp: int, precision_flag: str | N
     precision = _precision(config, precision_flag, resolved)
     grad_bytes = 4 if precision == "fp32" else 2
 
-    options: dict[str, object] = {}
-    bucket = _value(zero, "reduce_bucket_size", "zero_optimization.", auto=None)
-    if zero.get("reduce_bucket_size") == "auto":
-        bucket = resolved["reduce_bucket_size"] = model.hidden * model.hidden
-    if bucket is not None:
-        options["bucket_bytes"] = max(1, bucket) * grad_bytes
-    prefetch = _value(zero, "stage3_prefetch_bucket_size", "zero_optimization.", auto=None)
-    if zero.get("stage3_prefetch_bucket_size") == "auto":
-        prefetch = resolved["stage3_prefetch_bucket_size"] = int(0.9 * model.hidden * model.hidden)
-    if prefetch is not None:  # layers whose parameters fit in the prefetch bucket
-        options["prefetch"] = min(model.layers, math.floor(prefetch / model.layer_params()))
+    effective = {"train_batch_size": total, "train_micro_batch_size_per_gpu": micro,
+                 "gradient_accumulation_steps": accumulation, "zero_optimization.stage": stage,
+                 "fp16.enabled": precision == "fp16-mixed", "bf16.enabled": precision == "bf16-mixed"}
+    defaults: dict[str, object] = {}
+    sizes = {key: _zero_size(zero, key, model, resolved, defaults) for key in ZERO_DEFAULTS}
+    effective.update({f"zero_optimization.{key}": value for key, value in sizes.items()})
+    options: dict[str, object] = {"bucket_bytes": max(1, sizes["reduce_bucket_size"]) * grad_bytes}
+    if stage == 3:  # layers whose parameters fit in the prefetch bucket; modules reused within the distance stay
+        options["prefetch"] = min(model.layers, math.floor(sizes["stage3_prefetch_bucket_size"] / model.layer_params()))
+        options["max_reuse_distance"] = sizes["stage3_max_reuse_distance"]
     overlap = _value(zero, "overlap_comm", "zero_optimization.", kind=bool, auto=None)
-    if overlap is not None:
-        options["overlap_comm"] = overlap
+    if overlap is None:  # DeepSpeed's default: overlap for stage 3 only (zero/config.py, overlap_comm_valid)
+        overlap = defaults["overlap_comm"] = stage == 3
+    options["overlap_comm"] = effective["zero_optimization.overlap_comm"] = overlap
     types = config.get("data_types", {})
     if not isinstance(types, dict):
         raise SimparError("--deepspeed: data_types must be an object")
@@ -227,8 +269,30 @@ def read_config(config: dict, model: ModelSpec, dp: int, precision_flag: str | N
                       for k in zero if k in ZERO_NOT_MODELLED)
     unknown = sorted(k for k in config if k not in TOP_LEVEL | NOT_MODELLED)
     unknown += sorted(f"zero_optimization.{k}" for k in zero if k not in ZERO_READ | ZERO_NOT_MODELLED)
-    return DeepSpeedSettings(strategy, micro, total, accumulation, precision, optimizer, options,
-                             resolved, ignored, unknown)
+    relevant = ("reduce_bucket_size", "overlap_comm") if stage < 3 else tuple(defaults)  # the rest: stage 3 only
+    defaults = {k: v for k, v in defaults.items() if k in relevant and (stage > 0 or k == "overlap_comm")}
+    return DeepSpeedSettings(strategy, micro, total, accumulation, precision, optimizer, options, effective,
+                             resolved, defaults, ignored, unknown)
+
+
+# What the HF Trainer puts for "auto" once it knows the model (transformers' HfTrainerDeepSpeedConfig.
+# trainer_config_finalize); other "auto" values in zero_optimization are left to DeepSpeed, which refuses them
+HF_AUTO = {"reduce_bucket_size": lambda h: h * h, "stage3_prefetch_bucket_size": lambda h: int(0.9 * h * h),
+           "stage3_param_persistence_threshold": lambda h: 10 * h}
+
+
+def _zero_size(zero: dict, key: str, model: ModelSpec, resolved: dict, defaults: dict) -> int:
+    """A ZeRO size in elements: the config's, the HF Trainer's "auto", or DeepSpeed's default."""
+    if zero.get(key) == "auto":
+        if key not in HF_AUTO:
+            raise SimparError(f"--deepspeed: zero_optimization.{key} is \"auto\", which neither the HF Trainer "
+                              "nor DeepSpeed fills; give a number")
+        value = resolved[key] = HF_AUTO[key](model.hidden)
+        return value
+    value = _value(zero, key, "zero_optimization.", auto=None)
+    if value is None:
+        value = defaults[key] = ZERO_DEFAULTS[key]
+    return value
 
 
 def load(path: str) -> dict:
@@ -239,3 +303,23 @@ def load(path: str) -> dict:
         raise SimparError(f"--deepspeed: cannot read {path!r}: {exc.strerror}") from None
     except json.JSONDecodeError as exc:
         raise SimparError(f"--deepspeed: {path} is not valid JSON (line {exc.lineno}: {exc.msg})") from None
+
+
+def filled(config: dict, settings: DeepSpeedSettings) -> dict:
+    """The config with every "auto" replaced by what simpar resolved it to (as the HF Trainer hands
+    DeepSpeed a config): what a real DeepSpeed run of the same settings is given."""
+    out = json.loads(json.dumps(config))
+    values = {**settings.effective, **{f"zero_optimization.{k}": v for k, v in settings.resolved.items()
+                                       if k in HF_AUTO}}
+    for key in ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"):
+        out[key] = values[key]
+    for key in ("fp16", "bf16"):
+        section = out.get(key) if key in out or key == "fp16" else out.get("bfloat16")
+        if isinstance(section, dict) and section.get("enabled") == "auto":
+            section["enabled"] = values[f"{key}.enabled"]
+    zero = out.get("zero_optimization")
+    if isinstance(zero, dict):
+        for key, value in list(zero.items()):
+            if value == "auto":
+                zero[key] = values[f"zero_optimization.{ZERO_ALIASES.get(key, key)}"]
+    return out

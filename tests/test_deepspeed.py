@@ -1,19 +1,21 @@
 """--deepspeed ds_config.json: DeepSpeed settings read into the simulation, nothing dropped silently."""
 
 import json
+from pathlib import Path
 
 import pytest
 
 from simpar.cli import main
-from simpar.deepspeed import read_config
+from simpar.deepspeed import filled, read_config
 from simpar.errors import SimparError
 from simpar.models import model
+from simpar.models.presets import PRESETS as MODELS
 
 GPT2 = model("gpt2")
 
 
-def read(config, dp=8, **flags):
-    return read_config(config, GPT2, dp, **flags)
+def read(config, dp=8, model=GPT2, **flags):
+    return read_config(config, model, dp, **flags)
 
 
 @pytest.mark.parametrize("zero, strategy", [
@@ -74,7 +76,8 @@ def test_buckets_prefetch_overlap_and_optimizer():
     ds = read({"bf16": {"enabled": True}, "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}},
                "zero_optimization": {"stage": 3, "reduce_bucket_size": 5e7, "overlap_comm": False,
                                      "stage3_prefetch_bucket_size": 3 * GPT2.layer_params() + 1}})
-    assert ds.options == {"bucket_bytes": 2 * 50_000_000, "prefetch": 3, "overlap_comm": False}
+    assert ds.options == {"bucket_bytes": 2 * 50_000_000, "prefetch": 3, "overlap_comm": False,
+                          "max_reuse_distance": 1_000_000_000}  # DeepSpeed's default distance
     assert ds.optimizer == "adamw"
     auto = read({"zero_optimization": {"stage": 3, "reduce_bucket_size": "auto",
                                        "stage3_prefetch_bucket_size": "auto"}})
@@ -152,3 +155,68 @@ def test_bad_files(tmp_path, capsys):
     bad.write_text("[1, 2]")
     assert main(["run", "--deepspeed", str(bad)]) == 2
     assert "must be a JSON object" in capsys.readouterr().err
+
+
+def test_deepspeed_aliases_and_deprecated_keys():
+    old = read({"bfloat16": {"enabled": True}})  # DeepSpeed's old name for bf16 (precision_config.BFLOAT16_OLD)
+    assert old.precision == "bf16-mixed" and old.unknown == []
+    assert read({"bf16": {"enabled": False}, "bfloat16": {"enabled": True}}).precision == "fp32"  # bf16 wins
+    short = read({"zero_optimization": {"stage": 3, "max_reuse_distance": 5, "prefetch_bucket_size": 0}})
+    assert short.options["max_reuse_distance"] == 5 and short.options["prefetch"] == 0 and short.unknown == []
+    with pytest.raises(SimparError, match="stage3_max_reuse_distance twice"):
+        read({"zero_optimization": {"stage": 3, "max_reuse_distance": 5, "stage3_max_reuse_distance": 6}})
+    legacy = read({"zero_optimization": {"stage": 2, "cpu_offload": True}})
+    assert legacy.strategy == "zero2-offload" and legacy.unknown == []
+
+
+def test_deepspeed_defaults_for_what_a_config_leaves_out():
+    ds = read({"zero_optimization": {"stage": 2}})
+    assert ds.options == {"bucket_bytes": 4 * 500_000_000, "overlap_comm": False}  # fp32 gradients
+    assert ds.defaults == {"reduce_bucket_size": 500_000_000, "overlap_comm": False}
+    assert read({"zero_optimization": {"stage": 3}}).options["overlap_comm"] is True
+    assert "DeepSpeed's defaults" in "\n".join(ds.report())
+
+
+TEMPLATES = sorted((Path(__file__).resolve().parents[1] / "examples" / "configs").glob("hf_zero*.json"))
+
+
+@pytest.mark.parametrize("path", TEMPLATES, ids=lambda p: p.stem)
+def test_hf_templates_read_without_unknown_keys(path):
+    ds = read(json.loads(path.read_text()), model=MODELS["llama2-7b"], dp=8)
+    assert ds.unknown == [] and ds.strategy.endswith("offload")
+
+
+@pytest.mark.parametrize("path", TEMPLATES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("dp,flags", [(8, {}), (4, {"micro_flag": 2, "global_flag": 64}),
+                                      (2, {"precision_flag": "fp16-mixed"})])
+def test_resolved_values_equal_deepspeeds_parser(monkeypatch, path, dp, flags):
+    config_module = pytest.importorskip("deepspeed.runtime.config", reason="deepspeed not installed: "
+                                        "pip install 'simpar[deepspeed]'")
+    config = json.loads(path.read_text())
+    if "bf16" in config and flags.get("precision_flag") == "fp16-mixed":
+        flags = {}
+    ds = read(config, model=MODELS["llama2-7b"], dp=dp, **flags)
+
+    class DataParallel:  # DeepSpeed takes the data-parallel world size from an mpu
+        def get_data_parallel_world_size(self):
+            return dp
+
+    monkeypatch.setattr(config_module.dist, "get_rank", lambda *a, **k: 0)
+    parsed = config_module.DeepSpeedConfig(filled(config, ds), mpu=DataParallel())
+    zero = parsed.zero_config
+    theirs = {"train_batch_size": parsed.train_batch_size,
+              "train_micro_batch_size_per_gpu": parsed.train_micro_batch_size_per_gpu,
+              "gradient_accumulation_steps": parsed.gradient_accumulation_steps,
+              "zero_optimization.stage": int(zero.stage), "fp16.enabled": parsed.float16_config.enabled,
+              "bf16.enabled": parsed.bfloat16_config.enabled,
+              "zero_optimization.reduce_bucket_size": zero.reduce_bucket_size,
+              "zero_optimization.stage3_prefetch_bucket_size": zero.prefetch_bucket_size,
+              "zero_optimization.stage3_param_persistence_threshold": zero.param_persistence_threshold,
+              "zero_optimization.stage3_max_live_parameters": zero.max_live_parameters,
+              "zero_optimization.stage3_max_reuse_distance": zero.max_reuse_distance,
+              "zero_optimization.sub_group_size": zero.sub_group_size,
+              "zero_optimization.overlap_comm": zero.overlap_comm}
+    assert ds.effective == theirs
+    devices = {"offload_optimizer": zero.offload_optimizer, "offload_param": zero.offload_param}
+    assert {k: str(getattr(v.device, "value", v.device)) if v else "none" for k, v in devices.items()} == {
+        "offload_optimizer": "cpu", "offload_param": "cpu" if "zero3" in path.stem else "none"}

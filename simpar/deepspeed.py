@@ -134,6 +134,9 @@ def _strategy(stage: int, optimizer_device: str, param_device: str) -> str:
         return "zero3-infinity"
     if param_device == "cpu" and stage != 3:
         raise SimparError("--deepspeed: offload_param needs zero_optimization.stage 3")
+    if param_device == "cpu" and optimizer_device != "cpu":
+        raise SimparError("--deepspeed: simpar models offload_param together with offload_optimizer (as "
+                          "DeepSpeed's estimators do); add offload_optimizer.device cpu")
     if optimizer_device == "cpu" or param_device == "cpu":
         if stage < 2:
             raise SimparError("--deepspeed: simpar models optimizer offload with stage 2 or 3 "
@@ -223,8 +226,8 @@ def read_config(config: dict, model: ModelSpec, dp: int, precision_flag: str | N
     resolved: dict[str, object] = {}
     zero = _zero_section(config, resolved)
     stage = _value(zero, "stage", "zero_optimization.", auto=0)
-    strategy = _strategy(stage, _device(zero.get("offload_optimizer"), "offload_optimizer"),
-                         _device(zero.get("offload_param"), "offload_param"))
+    param_device = _device(zero.get("offload_param"), "offload_param")
+    strategy = _strategy(stage, _device(zero.get("offload_optimizer"), "offload_optimizer"), param_device)
     micro, accumulation, total = _batch(config, dp, micro_flag, global_flag, resolved)
 
     precision = _precision(config, precision_flag, resolved)
@@ -237,6 +240,10 @@ def read_config(config: dict, model: ModelSpec, dp: int, precision_flag: str | N
     sizes = {key: _zero_size(zero, key, model, resolved, defaults) for key in ZERO_DEFAULTS}
     effective.update({f"zero_optimization.{key}": value for key, value in sizes.items()})
     options: dict[str, object] = {"bucket_bytes": max(1, sizes["reduce_bucket_size"]) * grad_bytes}
+    if stage > 0 and precision != "fp32":  # the ZeRO optimizers keep an fp32 copy of each gradient partition
+        options["fp32_grad_partitions"] = True
+    if param_device == "cpu":
+        options["offload_params"] = True
     if stage == 3:  # layers whose parameters fit in the prefetch bucket; modules reused within the distance stay
         options["prefetch"] = min(model.layers, math.floor(sizes["stage3_prefetch_bucket_size"] / model.layer_params()))
         options["max_reuse_distance"] = sizes["stage3_max_reuse_distance"]

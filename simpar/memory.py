@@ -38,16 +38,20 @@ class Memory:
     activations: float = 0.0
     host: float = 0.0  # bytes per rank kept in host memory (offload)
     nvme: float = 0.0  # bytes per rank kept on NVMe (ZeRO-Infinity)
+    working: float = 0.0  # ZeRO-3: the largest module's gathered 16-bit weights and gradients
 
     @property
     def total(self) -> float:
-        return self.params + self.grads + self.optimizer + self.activations
+        return self.params + self.grads + self.optimizer + self.working + self.activations
 
     def to_json(self) -> dict:
         return {**asdict(self), "total": self.total}
 
 
-def model_states(strategy: str, params: int, dp: int, train: TrainSpec = TrainSpec()) -> Memory:
+def model_states(strategy: str, params: int, dp: int, train: TrainSpec = TrainSpec(),
+                 fp32_grad_partitions: bool = False, offload_params: bool = False, largest_module: int = 0) -> Memory:
+    """``fp32_grad_partitions``, ``offload_params`` and ``largest_module`` (parameters) count what DeepSpeed
+    holds besides (see deepspeed_states)."""
     if strategy not in SHARDING:
         raise SimparError(f"--strategy: unknown {strategy!r}; choose from {', '.join(SHARDING)}")
     if dp < 1:
@@ -57,10 +61,22 @@ def model_states(strategy: str, params: int, dp: int, train: TrainSpec = TrainSp
     p = w * params / (dp if shard_params else 1)
     g = w * params / (dp if shard_grads else 1)
     o = k * params / (dp if shard_opt else 1)
-    host_grads = w * params / dp  # the reduced gradient shard, copied down for the CPU's step
+    fp32_grads = fp32_grad_partitions and train.mixed and shard_opt
+    working = 2 * w * largest_module if shard_params else 0
+    host_grads = (4 if fp32_grads else w) * params / dp  # the reduced gradient shard the CPU's step takes
     if strategy.endswith("-offload"):
         host_params = 0 if train.mixed else 4 * params / dp
-        return Memory(p, 0.0, 0.0, host=o + host_grads + host_params)
+        if offload_params:  # the 16-bit parameter shard lives in host memory too
+            host_params, p = host_params + p, 0.0
+        return Memory(p, 0.0, 0.0, host=o + host_grads + host_params, working=working)
     if strategy == "zero3-infinity":  # parameters and optimizer states live on NVMe
-        return Memory(0.0, 0.0, 0.0, host=host_grads, nvme=o + p)
-    return Memory(p, g, o)
+        return Memory(0.0, 0.0, 0.0, host=host_grads, nvme=o + p, working=working)
+    if fp32_grads:  # ZeRO-1/2 keep the 16-bit gradient partition beside it; ZeRO-3 reduces straight into fp32
+        g = 4 * params / dp + (0 if shard_params else g)
+    return Memory(p, g, o, working=working)
+
+
+def largest_module(model) -> int:
+    """Parameters of the model's largest module (its own, not its children's): what DeepSpeed's ZeRO-3
+    estimator takes as the working set gathered at once (estimate_zero3_model_states_mem_needs_all_live)."""
+    return max(n for kind in ("embedding", "layer", "head") for _, n in model.unit_modules(kind))

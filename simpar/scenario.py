@@ -47,6 +47,11 @@ class StrategySpec:
     # ZeRO-3 by module: a gathered module stays if it is used again within this many parameters of
     # other modules' uses (DeepSpeed's stage3_max_reuse_distance); 0 releases after every use
     max_reuse_distance: int = 0
+    # DeepSpeed's habits (set by --deepspeed): the optimizer's fp32 copy of each gradient partition
+    # (mixed-precision Adam 2 + 2 + 4 + 12 = 18 bytes a parameter beside the 16-bit weights), and
+    # ZeRO-3 parameter shards in host memory, fetched over PCIe before every gather (offload_param)
+    fp32_grad_partitions: bool = False
+    offload_params: bool = False
 
 
 @dataclass(frozen=True)
@@ -166,6 +171,9 @@ def _check_model_split(model: ModelSpec, spec: StrategySpec) -> None:
     if spec.gather_granularity == "module" and spec.name != "zero3":
         raise SimparError(f"--gather-granularity: module applies to --strategy zero3 ({spec.name} "
                           f"{'moves and gathers whole layers' if spec.name.startswith('zero3') else 'gathers nothing'})")
+    if spec.offload_params and spec.name != "zero3-offload":
+        raise SimparError(f"--deepspeed: offload_param (parameter shards in host memory) needs ZeRO-3 with the "
+                          f"optimizer offloaded too (zero3-offload), not {spec.name}")
     if spec.max_reuse_distance < 0:
         raise SimparError(f"--max-reuse-distance: must be 0 or more, got {spec.max_reuse_distance}")
     if spec.sequence_parallel and spec.name not in ("tp", "3d"):

@@ -22,7 +22,8 @@ def host_states(prog: Program, work: Work, scenario: Scenario, with_params: bool
     """What the CPU's step keeps in host memory besides the optimizer states: the gradient shard
     copied down and, in fp32 (where K holds no master copy), its own copy of the parameter shard."""
     n, phi = len(prog.ranks), work.params(range(work.num_units))
-    prog.alloc("compute", "grads", work.w * phi / n, memory="host", payload="model states")
+    grad_bytes = 4 if work.fp32_grad_partitions else work.w  # DeepSpeed's CPU Adam takes fp32 gradients
+    prog.alloc("compute", "grads", grad_bytes * phi / n, memory="host", payload="model states")
     if with_params and not scenario.train.mixed:
         prog.alloc("compute", "params", 4 * phi / n, memory="host", payload="model states")
 
@@ -57,7 +58,24 @@ def build_zero2(scenario: Scenario) -> Plan:
     return Plan(spec.name, Grid(dp=n), [prog])
 
 
+def _params_from_host(prog: Program, work: Work, unit: int, mb: int, deps) -> int:
+    """offload_param: the rank's 16-bit shard of a unit comes up from host memory before its gather."""
+    nbytes = work.w * work.units[unit].params // len(prog.ranks)
+    return prog.add(Copy, "copy", deps, src="host", dst="gpu", nbytes=nbytes, payload=f"params unit{unit} mb{mb}",
+                    units=(unit,))
+
+
+def _host_step_in_place(prog: Program, work: Work, last) -> int:
+    """offload_param: Adam on the CPU updates the shard where it lives, in host memory."""
+    phi = work.params(range(work.num_units))
+    return prog.add(Compute, "host", last, phase="step", params=phi // len(prog.ranks), device="host")
+
+
 def build_zero3(scenario: Scenario) -> Plan:
+    if scenario.strategy.offload_params:  # DeepSpeed's offload_param: the parameter shards live on the host too
+        return zero3.build(scenario, before_gather=_params_from_host, after_reduce=_grads_to_host,
+                           params_memory="host", optimizer_memory="host", step=_host_step_in_place,
+                           host_states=host_states)
     return zero3.build(scenario, after_reduce=_grads_to_host, optimizer_memory="host", step=_host_step,
                        host_states=host_states)
 

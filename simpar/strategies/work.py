@@ -38,6 +38,7 @@ class Work:
         self.g = scenario.grad_bytes
         self.mixed = train.mixed
         self.k = train.optimizer_bytes
+        self.fp32_grad_partitions = spec.fp32_grad_partitions and self.mixed and self.g < 4
         self.layers, self.hidden = model.layers, model.hidden
         self.recompute = spec.recompute
         b, s, h, t = train.micro_batch, model.seq, model.hidden, spec.tp
@@ -103,6 +104,8 @@ class Work:
                                          ("optimizer", optimizer, optimizer_memory)):
             if nbytes:
                 prog.alloc("compute", category, nbytes, memory=memory, payload="model states")
+        if self.fp32_grad_partitions and optimizer and optimizer_memory == "gpu":  # DeepSpeed's fp32 gradient
+            prog.alloc("compute", "grads", 4 * optimizer / self.k, payload="model states")  # of each optimized one
 
 
 def buckets(work: Work, units, capacity: int) -> list[tuple[int, ...]]:

@@ -87,7 +87,7 @@ def build(scenario: Scenario) -> Plan:
     n = spec.dp
     prog = Program(tuple(range(n)), name="all ranks")
     phi = work.params(range(work.num_units))
-    work.static(prog, work.w * phi / n, work.g * phi / n, work.k * phi / n)
+    work.static(prog, work.w * phi / n, 0 if work.fp32_grad_partitions else work.g * phi / n, work.k * phi / n)
     uses = trace(scenario)
     gather, release = gathers_and_releases(scenario, uses)
     ops = list(dict.fromkeys(key for key, _ in uses))  # compute ops in order

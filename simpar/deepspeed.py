@@ -37,9 +37,8 @@ NOT_MODELLED = {
     "pipeline", "moe", "curriculum_learning", "train_batch_size_per_gpu", "load_universal_checkpoint",
 }
 ZERO_NOT_MODELLED = {
-    "contiguous_gradients", "reduce_scatter", "round_robin_gradients", "stage3_max_live_parameters",
-    "stage3_param_persistence_threshold", "stage3_gather_16bit_weights_on_model_save",
-    "stage3_gather_fp16_weights_on_model_save", "sub_group_size", "elastic_checkpoint", "ignore_unused_parameters",
+    "contiguous_gradients", "reduce_scatter", "round_robin_gradients", "stage3_gather_16bit_weights_on_model_save",
+    "stage3_gather_fp16_weights_on_model_save", "elastic_checkpoint", "ignore_unused_parameters",
     "use_multi_rank_bucket_allreduce", "zero_hpz_partition_size", "zero_quantized_weights",
     "zero_quantized_gradients", "zero_quantized_nontrainable_weights", "memory_efficient_linear",
     "load_from_fp32_weights", "allgather_partitions", "allgather_bucket_size", "mics_shard_size", "legacy_stage1",
@@ -62,7 +61,8 @@ REASONS = {"allgather_bucket_size": "simpar gathers updated parameters in the re
 TOP_LEVEL = {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
              "zero_optimization", "fp16", "bf16", "bfloat16", "optimizer", "data_types"}
 ZERO_READ = {"stage", "offload_optimizer", "offload_param", "reduce_bucket_size", "overlap_comm",
-             "stage3_prefetch_bucket_size", "stage3_max_reuse_distance"}
+             "stage3_prefetch_bucket_size", "stage3_max_reuse_distance", "stage3_param_persistence_threshold",
+             "stage3_max_live_parameters", "sub_group_size"}
 OPTIMIZER_TYPES = {"adam": "adam", "adamw": "adamw", "fusedadam": "adam", "cpuadam": "adam",
                    "deepspeedcpuadam": "adam", "sgd": "sgd"}
 
@@ -247,6 +247,9 @@ def read_config(config: dict, model: ModelSpec, dp: int, precision_flag: str | N
     if stage == 3:  # layers whose parameters fit in the prefetch bucket; modules reused within the distance stay
         options["prefetch"] = min(model.layers, math.floor(sizes["stage3_prefetch_bucket_size"] / model.layer_params()))
         options["max_reuse_distance"] = sizes["stage3_max_reuse_distance"]
+        options["param_persistence_threshold"] = sizes["stage3_param_persistence_threshold"]
+        options["max_live_parameters"] = sizes["stage3_max_live_parameters"]
+        options["sub_group_size"] = sizes["sub_group_size"]
     overlap = _value(zero, "overlap_comm", "zero_optimization.", kind=bool, auto=None)
     if overlap is None:  # DeepSpeed's default: overlap for stage 3 only (zero/config.py, overlap_comm_valid)
         overlap = defaults["overlap_comm"] = stage == 3

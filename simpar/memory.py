@@ -49,7 +49,8 @@ class Memory:
 
 
 def model_states(strategy: str, params: int, dp: int, train: TrainSpec = TrainSpec(),
-                 fp32_grad_partitions: bool = False, offload_params: bool = False, largest_module: int = 0) -> Memory:
+                 fp32_grad_partitions: bool = False, offload_params: bool = False, largest_module: int = 0,
+                 sub_group_size: int | None = None) -> Memory:
     """``fp32_grad_partitions``, ``offload_params`` and ``largest_module`` (parameters) count what DeepSpeed
     holds besides (see deepspeed_states)."""
     if strategy not in SHARDING:
@@ -71,8 +72,9 @@ def model_states(strategy: str, params: int, dp: int, train: TrainSpec = TrainSp
         return Memory(p, 0.0, 0.0, host=o + host_grads + host_params, working=working)
     if strategy == "zero3-infinity":  # parameters and optimizer states live on NVMe
         return Memory(0.0, 0.0, 0.0, host=host_grads, nvme=o + p, working=working)
-    if fp32_grads:  # ZeRO-1/2 keep the 16-bit gradient partition beside it; ZeRO-3 reduces straight into fp32
-        g = 4 * params / dp + (0 if shard_params else g)
+    if fp32_grads:  # ZeRO-1/2 keep the 16-bit gradient partition beside it; ZeRO-3 reduces straight into fp32,
+        stepped = min(params / dp, sub_group_size or params) if shard_params else params / dp  # a sub-group at a time
+        g = 4 * stepped + (0 if shard_params else g)
     return Memory(p, g, o, working=working)
 
 

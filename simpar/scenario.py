@@ -52,6 +52,13 @@ class StrategySpec:
     # ZeRO-3 parameter shards in host memory, fetched over PCIe before every gather (offload_param)
     fp32_grad_partitions: bool = False
     offload_params: bool = False
+    # DeepSpeed's ZeRO-3 knobs (zero3 by module): modules of at most this many parameters stay whole on
+    # every rank, gathered once after the step (stage3_param_persistence_threshold); at most this many
+    # parameters kept gathered for reuse (stage3_max_live_parameters); the optimizer steps (and holds
+    # fp32 gradients for) this many parameters at a time (sub_group_size). 0 / None: off
+    param_persistence_threshold: int = 0
+    max_live_parameters: int | None = None
+    sub_group_size: int | None = None
 
 
 @dataclass(frozen=True)

@@ -77,7 +77,9 @@ def test_buckets_prefetch_overlap_and_optimizer():
                "zero_optimization": {"stage": 3, "reduce_bucket_size": 5e7, "overlap_comm": False,
                                      "stage3_prefetch_bucket_size": 3 * GPT2.layer_params() + 1}})
     assert ds.options == {"bucket_bytes": 2 * 50_000_000, "prefetch": 3, "overlap_comm": False,
-                          "max_reuse_distance": 1_000_000_000,  # DeepSpeed's default distance
+                          "max_reuse_distance": 1_000_000_000,  # DeepSpeed's defaults for the ZeRO-3 knobs
+                          "param_persistence_threshold": 100_000, "max_live_parameters": 1_000_000_000,
+                          "sub_group_size": 1_000_000_000,
                           "fp32_grad_partitions": True}  # bf16: the optimizer's fp32 copy of its gradients
     assert ds.optimizer == "adamw"
     auto = read({"zero_optimization": {"stage": 3, "reduce_bucket_size": "auto",

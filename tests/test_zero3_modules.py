@@ -83,3 +83,39 @@ def test_bad_zero3_options_name_the_flag(options, field):
         make_scenario(TINY, "zero3", N, **options)
     with pytest.raises(SimparError, match="--gather-granularity"):
         make_scenario(TINY, "zero2", N, gather_granularity="module")
+
+
+def test_persistent_small_modules_are_gathered_once_after_the_step():
+    """stage3_param_persistence_threshold: modules this small (the norms: h parameters) stay whole on every
+    rank; not gathered in forward or backward, gathered once, coalesced, after the optimizer step."""
+    small = max(p for kind in ("layer", "head") for name, p in TINY.unit_modules(kind) if name.startswith("norm"))
+    norms = TINY.layers * 2 * small + TINY.final_norm_params()  # each norm: weight and bias
+    plain, kept = (_sent(prefetch=0, microbatches=2, param_persistence_threshold=t) for t in (0, small))
+    # every norm gathered in forward and backward of both micro-batches before; once now
+    assert kept == plain - 2 * 2 * _ring(norms) + _ring(norms)
+    plan = build_plan(make_scenario(TINY, "zero3", N, param_persistence_threshold=small))
+    ops = plan.programs[0].ops
+    last = [op for op in ops if isinstance(op, Collective)][-1]
+    assert (last.op, last.payload, sum(last.pieces)) == ("allgather", "persistent params", W * norms)
+    resident = [op for op in ops if getattr(op, "category", None) == "buffers" and op.payload == "persistent params"]
+    assert [op.nbytes for op in resident] == [W * norms]
+
+
+def test_max_live_parameters_caps_what_reuse_keeps():
+    """A reuse distance that keeps everything, capped by stage3_max_live_parameters: with no room, every
+    module is released after use as with no reuse; with room for everything, one gather per module."""
+    everything, nothing = 10**12, 0
+    assert _sent(max_reuse_distance=everything, max_live_parameters=nothing, prefetch=0) == _sent(prefetch=0)
+    assert _sent(max_reuse_distance=everything, max_live_parameters=everything) == \
+        _sent(max_reuse_distance=everything)
+    capped = _sent(max_reuse_distance=everything, max_live_parameters=TINY.layer_params(), prefetch=0)
+    assert _sent(max_reuse_distance=everything, prefetch=0) < capped < _sent(prefetch=0)
+
+
+def test_sub_group_size_bounds_the_fp32_gradients():
+    """DeepSpeed's ZeRO-3 holds fp32 gradients for one sub-group of its partition at a time."""
+    def grads(**kw):
+        scenario = make_scenario(TINY, "zero3", N, precision="bf16-mixed", fp32_grad_partitions=True, **kw)
+        return simulate(scenario).ranks[0]["memory"]["grads"]
+    assert grads() == 4 * TINY.params / N
+    assert grads(sub_group_size=1000) == 4 * 1000

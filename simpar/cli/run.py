@@ -150,12 +150,13 @@ def scenario_and_notes(args) -> tuple[Scenario, list[str]]:
         strategy, precision, micro_batch, global_batch = ds.strategy, ds.precision, ds.micro_batch, ds.global_batch
         microbatches, optimizer, options = ds.microbatches, ds.optimizer or optimizer, ds.options
         notes += ds.report()
-        if compare and (options.pop("fp32_grad_partitions", False) or options.get("offload_params")):
-            if options.get("offload_params"):
-                raise SimparError("--compare-real: offload_param (parameters in host memory) is simulated, but "
-                                  "simpar's executor does not perform it yet; drop it from the config to run")
-            notes.append("deepspeed: --compare-real runs simpar's executor, which keeps the ZeRO paper's model "
-                         "states; DeepSpeed's fp32 gradient partitions are left out of this simulation")
+        if compare and options.get("offload_params"):
+            raise SimparError("--compare-real: offload_param (parameters in host memory) is simulated, but "
+                              "simpar's executor does not perform it yet; drop it from the config to run")
+        if compare and (options.pop("fp32_grad_partitions", False) | bool(options.pop("param_persistence_threshold", 0))):
+            notes.append("deepspeed: --compare-real runs simpar's executor, which keeps the ZeRO paper's model states "
+                         "and gathers every module; DeepSpeed's fp32 gradient partitions and persistent small "
+                         "parameters are left out of this simulation")
     options = {"bucket_bytes": units.whole_bytes(args.bucket, "--bucket"),
                "prefetch": units.positive_int(args.prefetch, "--prefetch", minimum=0),
                "grad_accum_dtype": args.grad_accum_dtype.strip().lower() if args.grad_accum_dtype else None,

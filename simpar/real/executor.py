@@ -51,6 +51,9 @@ def check_supported(scenario: Scenario) -> None:
                           f"{scenario.model.seq} evenly over the TP ranks, which tp {spec.tp} does not divide")
     if spec.tp_comm_overlap:
         raise SimparError("--tp-comm-overlap: the executor runs ops one at a time; leave it out with --compare-real")
+    if spec.offload_params or (spec.param_persistence_threshold and scenario.gather_granularity == "module"):
+        raise SimparError("--deepspeed: offload_param and persistent ZeRO-3 parameters are DeepSpeed's habits, "
+                          "simulated but not performed by simpar's executor")
     if scenario.grad_bytes != scenario.train.weight_bytes:
         raise SimparError(f"--grad-accum-dtype: the executor keeps gradients in the weights' dtype, not "
                           f"{spec.grad_accum_dtype}")

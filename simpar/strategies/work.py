@@ -39,6 +39,8 @@ class Work:
         self.mixed = train.mixed
         self.k = train.optimizer_bytes
         self.fp32_grad_partitions = spec.fp32_grad_partitions and self.mixed and self.g < 4
+        # ZeRO-3 steps its partition a sub-group at a time, each with its fp32 gradients (DeepSpeed's sub_group_size)
+        self.sub_group = spec.sub_group_size if spec.name.startswith("zero3") else None
         self.layers, self.hidden = model.layers, model.hidden
         self.recompute = spec.recompute
         b, s, h, t = train.micro_batch, model.seq, model.hidden, spec.tp
@@ -105,7 +107,8 @@ class Work:
             if nbytes:
                 prog.alloc("compute", category, nbytes, memory=memory, payload="model states")
         if self.fp32_grad_partitions and optimizer and optimizer_memory == "gpu":  # DeepSpeed's fp32 gradient
-            prog.alloc("compute", "grads", 4 * optimizer / self.k, payload="model states")  # of each optimized one
+            optimized = optimizer / self.k  # of each optimized parameter (a sub-group's worth with ZeRO-3)
+            prog.alloc("compute", "grads", 4 * min(optimized, self.sub_group or optimized), payload="model states")
 
 
 def buckets(work: Work, units, capacity: int) -> list[tuple[int, ...]]:

@@ -53,11 +53,21 @@ def trace(scenario: Scenario) -> list[tuple[tuple[int, str, int], tuple[int, int
     return uses
 
 
+def persistent(scenario: Scenario) -> set[tuple[int, int]]:
+    """Modules small enough to stay whole on every rank (DeepSpeed's stage3_param_persistence_threshold,
+    applied here to a module's parameters together: DeepSpeed tests each parameter, so a large
+    layer's small bias stays gathered there and is gathered with its weight here)."""
+    limit = scenario.strategy.param_persistence_threshold
+    return {(u, m) for u in range(scenario.model.layers + 2) for m, (_, p) in enumerate(unit_modules(scenario, u))
+            if p <= limit}
+
+
 def gathers_and_releases(scenario: Scenario, uses) -> tuple[list[bool], list[bool]]:
     """Per use: whether it needs an all-gather first, and whether the module is released after it.
     A module is kept when its next use is within ``max_reuse_distance`` parameters, or (DeepSpeed
     skips releasing what the prefetcher already fetched again) in a later op no more than
-    ``prefetch`` ops ahead, whose gathers are issued before this one ends."""
+    ``prefetch`` ops ahead, whose gathers are issued before this one ends; but never beyond
+    ``max_live_parameters`` kept at once. Persistent modules are never gathered nor released."""
     op_of, ops = [], {}
     for key, _ in uses:
         op_of.append(ops.setdefault(key, len(ops)))
@@ -69,16 +79,25 @@ def gathers_and_releases(scenario: Scenario, uses) -> tuple[list[bool], list[boo
     for i in reversed(range(len(uses))):
         next_use[i] = seen.get(uses[i][1])
         seen[uses[i][1]] = i
-    held, gather, release = set(), [], []
+    spec, resident = scenario.strategy, persistent(scenario)
+    live_limit = spec.max_live_parameters if spec.max_live_parameters is not None else float("inf")
+    held, gather, release, live = set(), [], [], 0
     for i, (_, module) in enumerate(uses):
+        if module in resident:
+            gather.append(False)
+            release.append(False)
+            continue
         gather.append(module not in held)
-        held.add(module)
+        if module not in held:
+            held.add(module)
+            live += sizes[module]
         j = next_use[i]
-        far = j is None or traversed[j] - traversed[i + 1] >= scenario.strategy.max_reuse_distance
-        prefetched = j is not None and op_of[i] < op_of[j] <= op_of[i] + scenario.strategy.prefetch
-        release.append(far and not prefetched)
+        far = j is None or traversed[j] - traversed[i + 1] >= spec.max_reuse_distance
+        prefetched = j is not None and op_of[i] < op_of[j] <= op_of[i] + spec.prefetch
+        release.append((far and not prefetched) or live > live_limit)
         if release[-1]:
             held.discard(module)
+            live -= sizes[module]
     return gather, release
 
 
@@ -90,6 +109,10 @@ def build(scenario: Scenario) -> Plan:
     work.static(prog, work.w * phi / n, 0 if work.fp32_grad_partitions else work.g * phi / n, work.k * phi / n)
     uses = trace(scenario)
     gather, release = gathers_and_releases(scenario, uses)
+    resident = sorted(persistent(scenario))
+    if resident:  # whole on every rank from the last step's post-step gather
+        prog.alloc("compute", "buffers", work.w * sum(unit_modules(scenario, u)[m][1] for u, m in resident),
+                   payload="persistent params")
     ops = list(dict.fromkeys(key for key, _ in uses))  # compute ops in order
     per_op = {key: [] for key in ops}
     for (key, module), g, r in zip(uses, gather, release):
@@ -133,5 +156,10 @@ def build(scenario: Scenario) -> Plan:
                                  nbytes=grad_bytes, algo=spec.algo or "ring", payload="grads", units=(unit,),
                                  modules=tuple(range(len(pieces))), pieces=pieces, itemsize=work.w))
             prog.free("comm", "buffers", grad_bytes, payload=f"grad unit{unit}")
-    work.gpu_step(prog, phi // n, deps=last)
+    step = work.gpu_step(prog, phi // n, deps=last)
+    if resident:  # the updated persistent parameters, gathered in one coalesced call (stage3's _post_step)
+        pieces = tuple(work.w * unit_modules(scenario, u)[m][1] for u, m in resident)
+        prog.add(Collective, "comm", [step], op="allgather", group="dp", nbytes=sum(pieces), algo=spec.algo or "ring",
+                 payload="persistent params", units=tuple(sorted({u for u, _ in resident})), pieces=pieces,
+                 itemsize=work.w)
     return Plan(spec.name, Grid(dp=n), [prog])

@@ -240,8 +240,8 @@ def read_config(config: dict, model: ModelSpec, dp: int, precision_flag: str | N
     sizes = {key: _zero_size(zero, key, model, resolved, defaults) for key in ZERO_DEFAULTS}
     effective.update({f"zero_optimization.{key}": value for key, value in sizes.items()})
     options: dict[str, object] = {"bucket_bytes": max(1, sizes["reduce_bucket_size"]) * grad_bytes}
-    if stage > 0 and precision != "fp32":  # the ZeRO optimizers keep an fp32 copy of each gradient partition
-        options["fp32_grad_partitions"] = True
+    if stage > 0:  # the ZeRO optimizers' fp32 partitions and all-reduced gradient buckets (Scenario's comments)
+        options["deepspeed_habits"] = True
     if param_device == "cpu":
         options["offload_params"] = True
     if stage == 3:  # layers whose parameters fit in the prefetch bucket; modules reused within the distance stay

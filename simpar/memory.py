@@ -49,9 +49,9 @@ class Memory:
 
 
 def model_states(strategy: str, params: int, dp: int, train: TrainSpec = TrainSpec(),
-                 fp32_grad_partitions: bool = False, offload_params: bool = False, largest_module: int = 0,
+                 deepspeed_habits: bool = False, offload_params: bool = False, largest_module: int = 0,
                  sub_group_size: int | None = None) -> Memory:
-    """``fp32_grad_partitions``, ``offload_params`` and ``largest_module`` (parameters) count what DeepSpeed
+    """``deepspeed_habits``, ``offload_params`` and ``largest_module`` (parameters) count what DeepSpeed
     holds besides (see deepspeed_states)."""
     if strategy not in SHARDING:
         raise SimparError(f"--strategy: unknown {strategy!r}; choose from {', '.join(SHARDING)}")
@@ -62,19 +62,22 @@ def model_states(strategy: str, params: int, dp: int, train: TrainSpec = TrainSp
     p = w * params / (dp if shard_params else 1)
     g = w * params / (dp if shard_grads else 1)
     o = k * params / (dp if shard_opt else 1)
-    fp32_grads = fp32_grad_partitions and train.mixed and shard_opt
+    # DeepSpeed's fp32 gradient copy for the step: with mixed precision, and with ZeRO-3 in any precision
+    fp32_grads = deepspeed_habits and shard_opt and (train.mixed or shard_params)
+    if deepspeed_habits and not train.mixed and shard_opt:  # an fp32 master partition even in fp32 training
+        o += 4 * params / dp
     working = 2 * w * largest_module if shard_params else 0
     host_grads = (4 if fp32_grads else w) * params / dp  # the reduced gradient shard the CPU's step takes
     if strategy.endswith("-offload"):
-        host_params = 0 if train.mixed else 4 * params / dp
+        host_params = 0 if train.mixed or deepspeed_habits else 4 * params / dp  # (DeepSpeed's master: in o)
         if offload_params:  # the 16-bit parameter shard lives in host memory too
             host_params, p = host_params + p, 0.0
         return Memory(p, 0.0, 0.0, host=o + host_grads + host_params, working=working)
     if strategy == "zero3-infinity":  # parameters and optimizer states live on NVMe
         return Memory(0.0, 0.0, 0.0, host=host_grads, nvme=o + p, working=working)
-    if fp32_grads:  # ZeRO-1/2 keep the 16-bit gradient partition beside it; ZeRO-3 reduces straight into fp32,
-        stepped = min(params / dp, sub_group_size or params) if shard_params else params / dp  # a sub-group at a time
-        g = 4 * stepped + (0 if shard_params else g)
+    if fp32_grads:  # beside the gradient partition; ZeRO-3 makes it a sub-group at a time
+        stepped = min(params / dp, sub_group_size or params) if shard_params else params / dp
+        g += 4 * stepped
     return Memory(p, g, o, working=working)
 
 

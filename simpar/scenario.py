@@ -48,9 +48,11 @@ class StrategySpec:
     # other modules' uses (DeepSpeed's stage3_max_reuse_distance); 0 releases after every use
     max_reuse_distance: int = 0
     # DeepSpeed's habits (set by --deepspeed): the optimizer's fp32 copy of each gradient partition
-    # (mixed-precision Adam 2 + 2 + 4 + 12 = 18 bytes a parameter beside the 16-bit weights), and
-    # ZeRO-3 parameter shards in host memory, fetched over PCIe before every gather (offload_param)
-    fp32_grad_partitions: bool = False
+    # (mixed-precision Adam 2 + 2 + 4 + 12 = 18 bytes a parameter beside the 16-bit weights; in fp32 an
+    # fp32 master copy of the partition instead), ZeRO-1/2 gradients reduced by all-reduce (then
+    # partitioned); and ZeRO-3 parameter shards in host memory, fetched over PCIe before every gather
+    # (offload_param)
+    deepspeed_habits: bool = False
     offload_params: bool = False
     # DeepSpeed's ZeRO-3 knobs (zero3 by module): modules of at most this many parameters stay whole on
     # every rank, gathered once after the step (stage3_param_persistence_threshold); at most this many

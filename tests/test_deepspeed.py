@@ -80,7 +80,7 @@ def test_buckets_prefetch_overlap_and_optimizer():
                           "max_reuse_distance": 1_000_000_000,  # DeepSpeed's defaults for the ZeRO-3 knobs
                           "param_persistence_threshold": 100_000, "max_live_parameters": 1_000_000_000,
                           "sub_group_size": 1_000_000_000,
-                          "fp32_grad_partitions": True}  # bf16: the optimizer's fp32 copy of its gradients
+                          "deepspeed_habits": True}  # bf16: the optimizer's fp32 copy of its gradients
     assert ds.optimizer == "adamw"
     auto = read({"zero_optimization": {"stage": 3, "reduce_bucket_size": "auto",
                                        "stage3_prefetch_bucket_size": "auto"}})
@@ -174,7 +174,8 @@ def test_deepspeed_aliases_and_deprecated_keys():
 
 def test_deepspeed_defaults_for_what_a_config_leaves_out():
     ds = read({"zero_optimization": {"stage": 2}})
-    assert ds.options == {"bucket_bytes": 4 * 500_000_000, "overlap_comm": False}  # fp32 gradients
+    assert ds.options == {"bucket_bytes": 4 * 500_000_000, "overlap_comm": False,  # fp32 gradients
+                          "deepspeed_habits": True}
     assert ds.defaults == {"reduce_bucket_size": 500_000_000, "overlap_comm": False}
     assert read({"zero_optimization": {"stage": 3}}).options["overlap_comm"] is True
     assert "DeepSpeed's defaults" in "\n".join(ds.report())
@@ -223,3 +224,15 @@ def test_resolved_values_equal_deepspeeds_parser(monkeypatch, path, dp, flags):
     devices = {"offload_optimizer": zero.offload_optimizer, "offload_param": zero.offload_param}
     assert {k: str(getattr(v.device, "value", v.device)) if v else "none" for k, v in devices.items()} == {
         "offload_optimizer": "cpu", "offload_param": "cpu" if "zero3" in path.stem else "none"}
+
+
+def test_engine_deepspeed_without_deepspeed_says_how_to_install(tmp_path, capsys, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "deepspeed" else real(name, *a))
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps({"zero_optimization": {"stage": 2}}))
+    assert main(["run", "--deepspeed", str(path), "--compare-real", "--engine", "deepspeed"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "pip install 'simpar[deepspeed]'" in err

@@ -24,7 +24,7 @@ SHAPES = [("gpt2", 1, 1), ("gpt2-xl", 8, 1), ("llama2-7b", 8, 2), ("llama2-13b",
 
 def states(strategy, name, gpus, offload_params=False):
     spec = MODELS[name]
-    return model_states(strategy, spec.params, gpus, MIXED, fp32_grad_partitions=True, offload_params=offload_params,
+    return model_states(strategy, spec.params, gpus, MIXED, deepspeed_habits=True, offload_params=offload_params,
                         largest_module=largest_module(spec))
 
 
@@ -58,7 +58,11 @@ def test_zero3_equals_deepspeeds_estimator(estimators, name, per_node, nodes, of
                                   cpu_offload_params=offload == "optimizer+params", zero_init=True,
                                   additional_buffer_factor=1.0)
     memory = states("zero3" if offload == "none" else "zero3-offload", name, gpus, offload == "optimizer+params")
-    assert on_gpu(memory) == pytest.approx(gpu, abs=1) and memory.working == largest  # DeepSpeed rounds down
+    # ZeRO-3's engine keeps its 16-bit gradient partition (stage3.py grad_partitions_flat_buffer) beside the fp32
+    # copy it makes for the step: 2 bytes a parameter over N the estimator's 18 leaves out (measured with
+    # --engine deepspeed, tests/test_deepspeed_engine.py); with offload that buffer is not on the GPU
+    extra = 2 * spec.params / gpus if offload == "none" else 0
+    assert on_gpu(memory) == pytest.approx(gpu + extra, abs=1) and memory.working == largest  # DeepSpeed rounds
     if offload != "none":  # in host memory per node: fp32 master, moments and gradients (+ 16-bit parameters)
         assert memory.host * per_node == pytest.approx(cpu, abs=1)  # DeepSpeed rounds down
 
@@ -96,7 +100,7 @@ def test_largest_module_is_deepspeeds(estimators):
 def test_a_simulated_step_holds_deepspeeds_model_states(config, strategy):
     spec, gpus = MODELS["gpt2-xl"], 8
     ds = read_config(config, spec, gpus)
-    assert ds.strategy == strategy and ds.options["fp32_grad_partitions"]
+    assert ds.strategy == strategy and ds.options["deepspeed_habits"]
     scenario = make_scenario(spec, ds.strategy, gpus, precision=ds.precision, recompute="full", **ds.options)
     memory = simulate(scenario).ranks[0]["memory"]
     expected = states(strategy, "gpt2-xl", gpus, ds.options.get("offload_params", False))

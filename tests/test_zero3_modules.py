@@ -4,7 +4,7 @@ import pytest
 
 from simpar.errors import SimparError
 from simpar.models import model
-from simpar.plan import Collective
+from simpar.plan import Alloc, Collective, Compute
 from simpar.real.model import build_model
 from simpar.real.states import module_parameters
 from simpar.scenario import make_scenario
@@ -97,8 +97,20 @@ def test_persistent_small_modules_are_gathered_once_after_the_step():
     ops = plan.programs[0].ops
     last = [op for op in ops if isinstance(op, Collective)][-1]
     assert (last.op, last.payload, sum(last.pieces)) == ("allgather", "persistent params", W * norms)
-    resident = [op for op in ops if getattr(op, "category", None) == "buffers" and op.payload == "persistent params"]
-    assert [op.nbytes for op in resident] == [W * norms]
+    first_compute = next(i for i, op in enumerate(ops) if isinstance(op, Compute))
+    resident = [op for op in ops[:first_compute] if isinstance(op, Alloc) and op.category == "buffers"
+                and op.nbytes <= W * small]  # (not the prefetched gathers' buffers)
+    assert sum(op.nbytes for op in resident) == W * norms  # whole from the step's start
+
+
+def test_deepspeed_releases_everything_when_a_backward_ends():
+    """With DeepSpeed's habits, gathered modules (persistent ones too) are released at the end of each
+    micro-batch's backward, whatever the reuse distance: every micro-batch gathers the model once."""
+    small = max(p for _, p in TINY.unit_modules("layer") if p < 1000)
+    every = _sent(max_reuse_distance=10**12, microbatches=3, deepspeed_habits=True, param_persistence_threshold=small)
+    # persistent norms: gathered after the step and again for micro-batches 2 and 3; the rest once per
+    # micro-batch; gradients reduce-scattered every micro-batch
+    assert every == 3 * _ring(TINY.params) + 3 * _ring(TINY.params)
 
 
 def test_max_live_parameters_caps_what_reuse_keeps():
@@ -113,9 +125,10 @@ def test_max_live_parameters_caps_what_reuse_keeps():
 
 
 def test_sub_group_size_bounds_the_fp32_gradients():
-    """DeepSpeed's ZeRO-3 holds fp32 gradients for one sub-group of its partition at a time."""
+    """DeepSpeed's ZeRO-3 holds fp32 gradients for one sub-group of its partition at a time, beside its
+    16-bit gradient partition."""
     def grads(**kw):
-        scenario = make_scenario(TINY, "zero3", N, precision="bf16-mixed", fp32_grad_partitions=True, **kw)
+        scenario = make_scenario(TINY, "zero3", N, precision="bf16-mixed", deepspeed_habits=True, **kw)
         return simulate(scenario).ranks[0]["memory"]["grads"]
-    assert grads() == 4 * TINY.params / N
-    assert grads(sub_group_size=1000) == 4 * 1000
+    assert grads() == W * TINY.params / N + 4 * TINY.params / N
+    assert grads(sub_group_size=1000) == W * TINY.params / N + 4 * 1000

@@ -91,7 +91,7 @@ def show_memory(args) -> int:
 
 
 def show_deepspeed_memory(args, gpus: int) -> int:
-    """Model states as DeepSpeed holds them for a config (simpar.memory, fp32_grad_partitions and friends)."""
+    """Model states as DeepSpeed holds them for a config (simpar.memory, deepspeed_habits and friends)."""
     from simpar.deepspeed import load, read_config
 
     if args.params is not None or args.strategy is not None:
@@ -103,7 +103,7 @@ def show_deepspeed_memory(args, gpus: int) -> int:
     spec = model(args.model or "gpt2")
     ds = read_config(load(args.deepspeed), spec, gpus, args.precision)
     train = TrainSpec(precision=ds.precision, optimizer=ds.optimizer or args.optimizer)
-    states = model_states(ds.strategy, spec.params, gpus, train, ds.options.get("fp32_grad_partitions", False),
+    states = model_states(ds.strategy, spec.params, gpus, train, ds.options.get("deepspeed_habits", False),
                           ds.options.get("offload_params", False), largest_module(spec))
     gpu = states.params + states.grads + states.optimizer + states.working
     result = {"model": spec.name, "params": spec.params, "strategy": ds.strategy, "gpus": gpus, "gpus_per_node": per_node,

@@ -106,6 +106,10 @@ def register(sub) -> None:
     real.add_argument("--collectives", default="explicit",
                       help="explicit (default): the Plan's algorithm (ring, Worker-Server) as counted point-to-point "
                            "sends; native: the backend's own collectives, timed but their traffic not counted")
+    real.add_argument("--engine", default="simpar",
+                      help="simpar (default): simpar's executor performs the Plan; deepspeed: also train the same "
+                           "model with DeepSpeed itself on the --deepspeed config, a third column (needs "
+                           "pip install 'simpar[deepspeed]')")
     add_json_flag(p, "{scenario, sim} (with --compare-real also real and comparison)")
     p.set_defaults(handler=run)
 
@@ -153,7 +157,7 @@ def scenario_and_notes(args) -> tuple[Scenario, list[str]]:
         if compare and options.get("offload_params"):
             raise SimparError("--compare-real: offload_param (parameters in host memory) is simulated, but "
                               "simpar's executor does not perform it yet; drop it from the config to run")
-        if compare and (options.pop("fp32_grad_partitions", False) | bool(options.pop("param_persistence_threshold", 0))):
+        if compare and (options.pop("deepspeed_habits", False) | bool(options.pop("param_persistence_threshold", 0))):
             notes.append("deepspeed: --compare-real runs simpar's executor, which keeps the ZeRO paper's model states "
                          "and gathers every module; DeepSpeed's fp32 gradient partitions and persistent small "
                          "parameters are left out of this simulation")
@@ -193,6 +197,16 @@ def _check_writable(path: str | None, flag: str) -> None:
 def run(args) -> int:
     for path, flag in ((args.trace, "--trace"), (args.plot, "--plot"), (args.json, "--json")):
         _check_writable(path, flag)
+    engine = args.engine.strip().lower()
+    if engine not in ("simpar", "deepspeed"):
+        raise SimparError(f"--engine: must be simpar or deepspeed, got {args.engine!r}")
+    if engine == "deepspeed":
+        if not args.compare_real or not args.deepspeed:
+            raise SimparError("--engine: deepspeed trains a --deepspeed config for real beside the simulation; give "
+                              "--deepspeed CONFIG and --compare-real")
+        from simpar.real.deepspeed_engine import require
+
+        require()
     scenario, notes = scenario_and_notes(args)
     if args.compare_real and args.fast:
         raise SimparError("--fast: --compare-real prices the run op by op as the executor performs it; leave "

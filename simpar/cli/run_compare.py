@@ -50,7 +50,12 @@ def run_and_compare(args, scenario: Scenario, notes: list[str] = ()) -> int:
               disable=None, leave=False) as bar:  # disable=None: no bar when stderr is not a terminal
         real = run_real(scenario, steps, seed, timeout, backend, progress=lambda done: bar.update(done - bar.n),
                         collectives=collectives)
-    return report(args, scenario, real, backend, list(notes))
+    beside = None
+    if args.engine.strip().lower() == "deepspeed":
+        from simpar.cli.run_deepspeed import deepspeed_beside
+
+        beside = deepspeed_beside(args, scenario, real, steps, seed, timeout)
+    return report(args, scenario, real, backend, list(notes), beside)
 
 
 def machine_topology(args, scenario: Scenario):
@@ -69,7 +74,7 @@ def machine_topology(args, scenario: Scenario):
         f"hardware profile {path} (simpar calibrate: micro-benchmarks of this machine)"
 
 
-def report(args, scenario: Scenario, real: dict, backend: str, notes: list[str]) -> int:
+def report(args, scenario: Scenario, real: dict, backend: str, notes: list[str], beside: dict | None = None) -> int:
     """Simulate the scenario on this machine's profile and print (or write) it beside ``real``."""
     topology, note = machine_topology(args, scenario)
     simulated = simulate(scenario, topology=topology, replay=not args.no_replay, serial=True,
@@ -79,12 +84,18 @@ def report(args, scenario: Scenario, real: dict, backend: str, notes: list[str])
     real = {**real, **utilisation(scenario, real["step_time_s"], topology)}
     result = {"scenario": scenario_json(scenario), "inputs": notes, "profile": note, "sim": sim, "real": real,
               "comparison": comparison(sim, real)}
+    if beside is not None:
+        result["deepspeed"] = beside
     wrote = write_figures(args, scenario, {**result, "sim": simulated.to_json(timeline=True, ops=True, links=True)})
     if args.json and write_json(result, args.json):
         return 0
     for line in notes:
         print(line)
     print_comparison(scenario, result, backend)
+    if beside is not None:
+        from simpar.cli.run_deepspeed import print_beside
+
+        print_beside(beside, result["real"])
     for line in wrote:
         print(line)
     return 0

@@ -22,9 +22,9 @@ def host_states(prog: Program, work: Work, scenario: Scenario, with_params: bool
     """What the CPU's step keeps in host memory besides the optimizer states: the gradient shard
     copied down and, in fp32 (where K holds no master copy), its own copy of the parameter shard."""
     n, phi = len(prog.ranks), work.params(range(work.num_units))
-    grad_bytes = 4 if work.fp32_grad_partitions else work.w  # DeepSpeed's CPU Adam takes fp32 gradients
+    grad_bytes = 4 if work.fp32_grads else work.w  # DeepSpeed's CPU Adam takes fp32 gradients
     prog.alloc("compute", "grads", grad_bytes * phi / n, memory="host", payload="model states")
-    if with_params and not scenario.train.mixed:
+    if with_params and not scenario.train.mixed and not work.fp32_master:  # (DeepSpeed's: an optimizer state)
         prog.alloc("compute", "params", 4 * phi / n, memory="host", payload="model states")
 
 

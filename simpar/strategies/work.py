@@ -38,7 +38,11 @@ class Work:
         self.g = scenario.grad_bytes
         self.mixed = train.mixed
         self.k = train.optimizer_bytes
-        self.fp32_grad_partitions = spec.fp32_grad_partitions and self.mixed and self.g < 4
+        # DeepSpeed's partitions: an fp32 copy of each gradient partition with mixed precision; in fp32 an
+        # fp32 master copy of the parameter partition all the same (stage_1_and_2.py single_partition_of_fp32_groups)
+        # (ZeRO-3 copies its gradient partition to fp32 for the step in any precision, beside the partition)
+        self.fp32_grads = spec.deepspeed_habits and (self.mixed and self.g < 4 or spec.name.startswith("zero3"))
+        self.fp32_master = spec.deepspeed_habits and not self.mixed
         # ZeRO-3 steps its partition a sub-group at a time, each with its fp32 gradients (DeepSpeed's sub_group_size)
         self.sub_group = spec.sub_group_size if spec.name.startswith("zero3") else None
         self.layers, self.hidden = model.layers, model.hidden
@@ -106,9 +110,12 @@ class Work:
                                          ("optimizer", optimizer, optimizer_memory)):
             if nbytes:
                 prog.alloc("compute", category, nbytes, memory=memory, payload="model states")
-        if self.fp32_grad_partitions and optimizer and optimizer_memory == "gpu":  # DeepSpeed's fp32 gradient
-            optimized = optimizer / self.k  # of each optimized parameter (a sub-group's worth with ZeRO-3)
-            prog.alloc("compute", "grads", 4 * min(optimized, self.sub_group or optimized), payload="model states")
+        optimized = optimizer / self.k  # parameters this rank's optimizer updates
+        if self.fp32_grads and optimizer and optimizer_memory == "gpu":  # DeepSpeed's fp32 gradient of each
+            prog.alloc("compute", "grads", 4 * min(optimized, self.sub_group or optimized),  # (a sub-group's
+                       payload="model states")  # worth at a time with ZeRO-3)
+        if self.fp32_master and optimizer:
+            prog.alloc("compute", "optimizer", 4 * optimized, memory=optimizer_memory, payload="model states")
 
 
 def buckets(work: Work, units, capacity: int) -> list[tuple[int, ...]]:

@@ -50,7 +50,10 @@ def reduce_gradients(prog: Program, work: Work, scenario: Scenario, sharded_grad
             if reduce_now and unit in closes:
                 bucket = closes[unit]
                 nbytes = work.w * work.params(bucket)
-                op = prog.add(Collective, "comm", [done], op="reducescatter", group="dp", itemsize=work.w,
+                # DeepSpeed's ZeRO-1/2 all-reduce each bucket (stage_1_and_2.py average_tensor -> allreduce_and_copy),
+                # then keep their partition: twice a reduce-scatter's bytes
+                reduce = "allreduce" if spec.deepspeed_habits else "reducescatter"
+                op = prog.add(Collective, "comm", [done], op=reduce, group="dp", itemsize=work.w,
                               nbytes=nbytes, algo=spec.algo or "ring", payload="grads", units=bucket)
                 if sharded_grads:
                     prog.free("comm", "buffers", nbytes, payload=f"grads of units {bucket[0]}..{bucket[-1]}")

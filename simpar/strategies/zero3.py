@@ -40,8 +40,8 @@ def build(scenario: Scenario, params_memory: str = "gpu", optimizer_memory: str 
     n = spec.dp
     prog = Program(tuple(range(n)), name="all ranks")
     phi = work.params(range(work.num_units))
-    # offload: gradient shards go to the host; DeepSpeed: reduced into the fp32 partition (Work.static) instead
-    grads = 0 if hooks.after_reduce or work.fp32_grad_partitions else work.g * phi / n
+    # offload: gradient shards go to the host
+    grads = 0 if hooks.after_reduce else work.g * phi / n
     work.static(prog, work.w * phi / n, grads, work.k * phi / n,
                 optimizer_memory=optimizer_memory, params_memory=params_memory)
     if hooks.host_states is not None:

@@ -67,7 +67,10 @@ def gathers_and_releases(scenario: Scenario, uses) -> tuple[list[bool], list[boo
     A module is kept when its next use is within ``max_reuse_distance`` parameters, or (DeepSpeed
     skips releasing what the prefetcher already fetched again) in a later op no more than
     ``prefetch`` ops ahead, whose gathers are issued before this one ends; but never beyond
-    ``max_live_parameters`` kept at once. Persistent modules are never gathered nor released."""
+    ``max_live_parameters`` kept at once, and (DeepSpeed) not past the end of a micro-batch's backward.
+    Persistent modules start the step whole (gathered after the last step) and are kept; DeepSpeed's
+    end-of-backward release (release_and_reset_all) takes them too, so with its habits the next
+    micro-batch gathers them again (measured: --engine deepspeed)."""
     op_of, ops = [], {}
     for key, _ in uses:
         op_of.append(ops.setdefault(key, len(ops)))
@@ -81,11 +84,15 @@ def gathers_and_releases(scenario: Scenario, uses) -> tuple[list[bool], list[boo
         seen[uses[i][1]] = i
     spec, resident = scenario.strategy, persistent(scenario)
     live_limit = spec.max_live_parameters if spec.max_live_parameters is not None else float("inf")
-    held, gather, release, live = set(), [], [], 0
+    held, gather, release, live = set(resident), [], [], 0
     for i, (_, module) in enumerate(uses):
         if module in resident:
-            gather.append(False)
-            release.append(False)
+            j = next_use[i]
+            gather.append(module not in held)
+            held.add(module)
+            release.append(spec.deepspeed_habits and (j is None or uses[j][0][0] != uses[i][0][0]))
+            if release[-1]:
+                held.discard(module)
             continue
         gather.append(module not in held)
         if module not in held:
@@ -94,7 +101,10 @@ def gathers_and_releases(scenario: Scenario, uses) -> tuple[list[bool], list[boo
         j = next_use[i]
         far = j is None or traversed[j] - traversed[i + 1] >= spec.max_reuse_distance
         prefetched = j is not None and op_of[i] < op_of[j] <= op_of[i] + spec.prefetch
-        release.append((far and not prefetched) or live > live_limit)
+        # DeepSpeed releases every gathered parameter when a backward ends (release_and_reset_all in its
+        # post-backward hook), whatever the reuse distance or prefetch: the next micro-batch gathers again
+        boundary = spec.deepspeed_habits and j is not None and uses[j][0][0] != uses[i][0][0]
+        release.append((far and not prefetched) or boundary or live > live_limit)
         if release[-1]:
             held.discard(module)
             live -= sizes[module]
@@ -106,18 +116,18 @@ def build(scenario: Scenario) -> Plan:
     n = spec.dp
     prog = Program(tuple(range(n)), name="all ranks")
     phi = work.params(range(work.num_units))
-    work.static(prog, work.w * phi / n, 0 if work.fp32_grad_partitions else work.g * phi / n, work.k * phi / n)
+    work.static(prog, work.w * phi / n, work.g * phi / n, work.k * phi / n)
     uses = trace(scenario)
     gather, release = gathers_and_releases(scenario, uses)
     resident = sorted(persistent(scenario))
-    if resident:  # whole on every rank from the last step's post-step gather
-        prog.alloc("compute", "buffers", work.w * sum(unit_modules(scenario, u)[m][1] for u, m in resident),
-                   payload="persistent params")
     ops = list(dict.fromkeys(key for key, _ in uses))  # compute ops in order
     per_op = {key: [] for key in ops}
     for (key, module), g, r in zip(uses, gather, release):
         per_op[key].append((module, g, r))
-    computed, issued, held_buffers, last = [], [], set(), []
+    computed, issued, held_buffers, last = [], [], set(resident), []
+    for u, m in resident:  # whole on every rank from the last step's post-step gather
+        prog.alloc("compute", "buffers", work.w * unit_modules(scenario, u)[m][1], payload=f"params unit{u} module{m}",
+                   units=(u,), modules=(m,))
 
     def issue(j: int) -> None:  # op j's gathers, once the buffers of op j - prefetch - 1 are free
         free_slot = computed[j - spec.prefetch - 1] if j > spec.prefetch else None
@@ -159,6 +169,10 @@ def build(scenario: Scenario) -> Plan:
     step = work.gpu_step(prog, phi // n, deps=last)
     if resident:  # the updated persistent parameters, gathered in one coalesced call (stage3's _post_step)
         pieces = tuple(work.w * unit_modules(scenario, u)[m][1] for u, m in resident)
+        for u, m in resident:
+            if (u, m) not in held_buffers:
+                prog.alloc("comm", "buffers", work.w * unit_modules(scenario, u)[m][1], deps=[step],
+                           payload=f"params unit{u} module{m}", units=(u,), modules=(m,))
         prog.add(Collective, "comm", [step], op="allgather", group="dp", nbytes=sum(pieces), algo=spec.algo or "ring",
                  payload="persistent params", units=tuple(sorted({u for u, _ in resident})), pieces=pieces,
                  itemsize=work.w)

@@ -12,7 +12,8 @@ import nbformat
 from nbformat.v4 import new_notebook
 
 HERE = Path(__file__).parent
-NAMES = ['01_data_parallel', '02_memory', '03_zero', '04_offload', '05_pipeline', '06_tensor_parallel', '07_calibrate']
+NAMES = ['01_data_parallel', '02_memory', '03_zero', '04_offload', '05_pipeline', '06_tensor_parallel', '07_calibrate',
+         '08_deepspeed']
 
 
 def main() -> None:

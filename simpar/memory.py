@@ -68,6 +68,8 @@ def model_states(strategy: str, params: int, dp: int, train: TrainSpec = TrainSp
         o += 4 * params / dp
     working = 2 * w * largest_module if shard_params else 0
     host_grads = (4 if fp32_grads else w) * params / dp  # the reduced gradient shard the CPU's step takes
+    if fp32_grads and shard_params:  # DeepSpeed's ZeRO-3 keeps its 16-bit gradient partition buffer beside it
+        host_grads += w * params / dp
     if strategy.endswith("-offload"):
         host_params = 0 if train.mixed or deepspeed_habits else 4 * params / dp  # (DeepSpeed's master: in o)
         if offload_params:  # the 16-bit parameter shard lives in host memory too

@@ -83,7 +83,8 @@ class Scenario:
     def gather_granularity(self) -> str:
         """ZeRO-3's unit of all-gather: module or layer (see StrategySpec)."""
         spec = self.strategy
-        return spec.gather_granularity or ("module" if spec.name == "zero3" else "layer")
+        by_module = spec.name == "zero3" or (spec.deepspeed_habits and spec.name == "zero3-offload")  # DeepSpeed's
+        return spec.gather_granularity or ("module" if by_module else "layer")
 
     @property
     def grad_bytes(self) -> int:

@@ -70,7 +70,7 @@ def positive_int(text: str | int, field: str, minimum: int = 1) -> int:
 def human_bytes(n: float) -> str:
     """1536 -> '1.5 KiB'. Binary units, as memory is usually reported."""
     for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
-        if abs(n) < 1024 or unit == "PiB":
+        if abs(n) < 1000 or unit == "PiB":  # (1000-1023 go up a unit: 0.999 GiB, never 1.02e+03 MiB)
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.3g} {unit}"
         n /= 1024
     raise AssertionError("unreachable")

@@ -26,12 +26,15 @@ def run(tmp_path, capsys, gpus, zero, precision="fp32"):
 
 
 CASES = [(2, {"stage": 1}, "fp32"), (2, {"stage": 2}, "fp32"), (2, {"stage": 3}, "fp32"),
-         (4, {"stage": 3}, "bf16-mixed"), (2, {"stage": 2, "offload_optimizer": {"device": "cpu"}}, "bf16-mixed")]
+         (4, {"stage": 3}, "bf16-mixed"), (2, {"stage": 2, "offload_optimizer": {"device": "cpu"}}, "bf16-mixed"),
+         (2, {"stage": 3, "offload_optimizer": {"device": "cpu"}, "stage3_param_persistence_threshold": 200},
+          "bf16-mixed")]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("gpus,zero,precision", CASES,
-                         ids=["zero1", "zero2", "zero3", "zero3-4ranks-bf16", "zero2-offload-bf16"])
+                         ids=["zero1", "zero2", "zero3", "zero3-4ranks-bf16", "zero2-offload-bf16",
+                              "zero3-offload-bf16-norms-persistent"])
 def test_deepspeed_beside_the_simulation(tmp_path, capsys, gpus, zero, precision):
     out = run(tmp_path, capsys, gpus, zero, precision)
     ds = out["deepspeed"]

@@ -63,8 +63,9 @@ def test_zero3_equals_deepspeeds_estimator(estimators, name, per_node, nodes, of
     # --engine deepspeed, tests/test_deepspeed_engine.py); with offload that buffer is not on the GPU
     extra = 2 * spec.params / gpus if offload == "none" else 0
     assert on_gpu(memory) == pytest.approx(gpu + extra, abs=1) and memory.working == largest  # DeepSpeed rounds
-    if offload != "none":  # in host memory per node: fp32 master, moments and gradients (+ 16-bit parameters)
-        assert memory.host * per_node == pytest.approx(cpu, abs=1)  # DeepSpeed rounds down
+    if offload != "none":  # in host memory per node: fp32 master, moments and gradients (+ 16-bit parameters),
+        # and the 16-bit gradient partition buffer the estimator leaves out (measured, as on the GPU above)
+        assert memory.host * per_node == pytest.approx(cpu + 2 * spec.params / nodes, abs=per_node)
 
 
 def test_zero2_offload_host_memory_differs_from_the_estimators_startup_figure(estimators):

@@ -103,14 +103,14 @@ def test_persistent_small_modules_are_gathered_once_after_the_step():
     assert sum(op.nbytes for op in resident) == W * norms  # whole from the step's start
 
 
-def test_deepspeed_releases_everything_when_a_backward_ends():
-    """With DeepSpeed's habits, gathered modules (persistent ones too) are released at the end of each
-    micro-batch's backward, whatever the reuse distance: every micro-batch gathers the model once."""
+def test_deepspeed_releases_everything_but_persistent_modules_when_a_backward_ends():
+    """With DeepSpeed's habits, gathered modules are released at the end of each micro-batch's backward,
+    whatever the reuse distance: every micro-batch gathers them again; persistent ones stay (gathered once,
+    after the step). Gradients are reduce-scattered every micro-batch."""
     small = max(p for _, p in TINY.unit_modules("layer") if p < 1000)
+    norms = TINY.layers * 2 * small + TINY.final_norm_params()
     every = _sent(max_reuse_distance=10**12, microbatches=3, deepspeed_habits=True, param_persistence_threshold=small)
-    # persistent norms: gathered after the step and again for micro-batches 2 and 3; the rest once per
-    # micro-batch; gradients reduce-scattered every micro-batch
-    assert every == 3 * _ring(TINY.params) + 3 * _ring(TINY.params)
+    assert every == 3 * _ring(TINY.params) + 3 * _ring(TINY.params - norms) + _ring(norms)
 
 
 def test_max_live_parameters_caps_what_reuse_keeps():

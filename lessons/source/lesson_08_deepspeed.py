@@ -140,15 +140,15 @@ else:
   16-bit partition becomes fp32 inside `step()`, so the two exist together only for a moment (a sampled
   measurement can miss it; the estimator and simpar count both).
 * **ZeRO-3 releases everything when a backward ends** (`release_and_reset_all`), whatever
-  `stage3_max_reuse_distance` says: each micro-batch gathers the model again. Small parameters
-  (`stage3_param_persistence_threshold`) are gathered once more after the step.
+  `stage3_max_reuse_distance` says: each micro-batch gathers the model again, except the small
+  parameters (`stage3_param_persistence_threshold`), which stay whole and are gathered once after the
+  step. Its first step is different: it records the order modules run in, and without that record it
+  neither prefetches nor keeps anything for the backward (bytes are compared from the second step on).
+* **ZeRO-3 keeps its 16-bit gradient partition** (`grad_partitions_flat_buffer`, on the GPU or, with
+  offload, on the host) beside the fp32 copy it makes for the step: 2 bytes a parameter over N more
+  than DeepSpeed's own estimator counts.
 * **Offload** puts the optimizer states, fp32 gradients (and with `offload_param` the 16-bit parameter
   shards) in host memory: the GPU keeps almost nothing, PCIe carries every step.
-* **Not modelled yet (ZeRO-3 with offload)**: simpar moves offloaded ZeRO-3 shards a layer at a time,
-  gathering each layer for the forward and again for the backward; DeepSpeed gathers module by module
-  and keeps what it reuses within the backward, so it sends less (about 20 % here). And DeepSpeed keeps
-  a 16-bit gradient partition buffer beside the fp32 one (2 bytes a parameter over N more than its
-  estimator, and simpar, count).
 * **Time**: DeepSpeed's per-module hooks and hundreds of small collectives cost Python time on CPU
   ranks; on GPUs the same mechanism shows as launch and latency overhead, which the simulator prices."""),
     md("""

@@ -81,6 +81,6 @@ def show_topology(args) -> int:
     if args.json and write_json(raw, args.json):
         return 0
     print(f"# simpar cluster file: preset {args.show.strip().lower()} for {gpus} GPUs (schema: docs/clusters.md)")
-    print(f"# use it with: simpar run --cluster FILE ...")
+    print("# use it with: simpar run --cluster FILE ...")
     print(dump(raw), end="")
     return 0

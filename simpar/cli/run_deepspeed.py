@@ -54,8 +54,8 @@ def deepspeed_beside(args, scenario: Scenario, executor: dict, steps: int, seed:
     calls = real["ranks"][0]["calls"]
     differences = list(changed) + [
         f"bytes: DeepSpeed's collectives counted at torch.distributed as the bytes a ring sends for them "
-        f"({', '.join(f'{n} x{c} {units.human_bytes(b / steps)}/step' for n, (c, b) in sorted(calls.items()))} "
-        f"in {steps} steps on rank 0)"]
+        f"({', '.join(f'{n} x{c} {units.human_bytes(b / max(steps - 1, 1))}/step' for n, (c, b) in sorted(calls.items()))} "
+        f"in the {max(steps - 1, 1)} step(s) after the first on rank 0; the first records DeepSpeed's module trace)"]
     for category in ("step_time_s", *CATEGORIES):
         row = comparison[category]
         off = abs(row["error"]) > 0.05 if row["error"] is not None else row["sim"] != row["real"]

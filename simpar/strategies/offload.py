@@ -23,6 +23,8 @@ def host_states(prog: Program, work: Work, scenario: Scenario, with_params: bool
     copied down and, in fp32 (where K holds no master copy), its own copy of the parameter shard."""
     n, phi = len(prog.ranks), work.params(range(work.num_units))
     grad_bytes = 4 if work.fp32_grads else work.w  # DeepSpeed's CPU Adam takes fp32 gradients
+    if work.fp32_grads and scenario.strategy.name.startswith("zero3"):  # and ZeRO-3 keeps its 16-bit gradient
+        grad_bytes += work.w  # partition buffer on the offload device too (stage3.py grad_partitions_flat_buffer)
     prog.alloc("compute", "grads", grad_bytes * phi / n, memory="host", payload="model states")
     if with_params and not scenario.train.mixed and not work.fp32_master:  # (DeepSpeed's: an optimizer state)
         prog.alloc("compute", "params", 4 * phi / n, memory="host", payload="model states")

@@ -33,7 +33,7 @@ class _Hooks:
 
 def build(scenario: Scenario, params_memory: str = "gpu", optimizer_memory: str = "gpu", **hooks) -> Plan:
     if scenario.gather_granularity == "module":
-        return zero3_modules.build(scenario)
+        return zero3_modules.build(scenario, params_memory, optimizer_memory, _Hooks(**hooks))
     spec = scenario.strategy
     hooks = _Hooks(**hooks)
     work = Work(scenario)

@@ -20,7 +20,7 @@ reduce_scatter_coalesced over parameter partitions), so each module's shard is a
 
 from __future__ import annotations
 
-from simpar.plan import Collective, Grid, Plan, Program
+from simpar.plan import Collective, Copy, Grid, Plan, Program
 from simpar.scenario import Scenario
 from simpar.strategies.work import Work
 
@@ -68,9 +68,8 @@ def gathers_and_releases(scenario: Scenario, uses) -> tuple[list[bool], list[boo
     skips releasing what the prefetcher already fetched again) in a later op no more than
     ``prefetch`` ops ahead, whose gathers are issued before this one ends; but never beyond
     ``max_live_parameters`` kept at once, and (DeepSpeed) not past the end of a micro-batch's backward.
-    Persistent modules start the step whole (gathered after the last step) and are kept; DeepSpeed's
-    end-of-backward release (release_and_reset_all) takes them too, so with its habits the next
-    micro-batch gathers them again (measured: --engine deepspeed)."""
+    Persistent modules start the step whole (gathered after the last step) and are never released:
+    DeepSpeed's end-of-backward release skips them (measured: --engine deepspeed)."""
     op_of, ops = [], {}
     for key, _ in uses:
         op_of.append(ops.setdefault(key, len(ops)))
@@ -87,12 +86,8 @@ def gathers_and_releases(scenario: Scenario, uses) -> tuple[list[bool], list[boo
     held, gather, release, live = set(resident), [], [], 0
     for i, (_, module) in enumerate(uses):
         if module in resident:
-            j = next_use[i]
-            gather.append(module not in held)
-            held.add(module)
-            release.append(spec.deepspeed_habits and (j is None or uses[j][0][0] != uses[i][0][0]))
-            if release[-1]:
-                held.discard(module)
+            gather.append(False)
+            release.append(False)
             continue
         gather.append(module not in held)
         if module not in held:
@@ -101,8 +96,8 @@ def gathers_and_releases(scenario: Scenario, uses) -> tuple[list[bool], list[boo
         j = next_use[i]
         far = j is None or traversed[j] - traversed[i + 1] >= spec.max_reuse_distance
         prefetched = j is not None and op_of[i] < op_of[j] <= op_of[i] + spec.prefetch
-        # DeepSpeed releases every gathered parameter when a backward ends (release_and_reset_all in its
-        # post-backward hook), whatever the reuse distance or prefetch: the next micro-batch gathers again
+        # DeepSpeed releases every gathered (non-persistent) parameter when a backward ends (release_and_reset_all),
+        # whatever the reuse distance or prefetch: the next micro-batch gathers again
         boundary = spec.deepspeed_habits and j is not None and uses[j][0][0] != uses[i][0][0]
         release.append((far and not prefetched) or boundary or live > live_limit)
         if release[-1]:
@@ -111,12 +106,18 @@ def gathers_and_releases(scenario: Scenario, uses) -> tuple[list[bool], list[boo
     return gather, release
 
 
-def build(scenario: Scenario) -> Plan:
+def build(scenario: Scenario, params_memory: str = "gpu", optimizer_memory: str = "gpu", hooks=None) -> Plan:
+    """``hooks`` (zero3._Hooks): the offload variant's gradient copies (after_reduce), host state and step;
+    with ``params_memory`` host, each module's shard comes up over PCIe before its gather."""
     spec, work = scenario.strategy, Work(scenario)
     n = spec.dp
     prog = Program(tuple(range(n)), name="all ranks")
     phi = work.params(range(work.num_units))
-    work.static(prog, work.w * phi / n, work.g * phi / n, work.k * phi / n)
+    after_reduce = getattr(hooks, "after_reduce", None)
+    work.static(prog, work.w * phi / n, 0 if after_reduce else work.g * phi / n, work.k * phi / n,
+                optimizer_memory=optimizer_memory, params_memory=params_memory)
+    if getattr(hooks, "host_states", None) is not None:
+        hooks.host_states(prog, work, scenario)
     uses = trace(scenario)
     gather, release = gathers_and_releases(scenario, uses)
     resident = sorted(persistent(scenario))
@@ -140,7 +141,11 @@ def build(scenario: Scenario) -> Plan:
                 held_buffers.add((u, m))
                 prog.alloc("comm", "buffers", nbytes, payload=f"params unit{u} module{m}", deps=[free_slot],
                            units=(u,), modules=(m,))
-            ids.append(prog.add(Collective, "comm", [free_slot], op="allgather", group="dp", nbytes=nbytes,
+            fetched = None
+            if params_memory == "host":  # offload_param: the module's shard comes up from host memory first
+                fetched = prog.add(Copy, "copy", [free_slot], src="host", dst="gpu", nbytes=nbytes // n,
+                                   payload=f"params unit{u} module{m}", units=(u,))
+            ids.append(prog.add(Collective, "comm", [free_slot, fetched], op="allgather", group="dp", nbytes=nbytes,
                                 algo=spec.algo or "ring", payload="params", units=(u,), modules=(m,),
                                 itemsize=work.w))
         issued.append(ids)
@@ -166,7 +171,9 @@ def build(scenario: Scenario) -> Plan:
                                  nbytes=grad_bytes, algo=spec.algo or "ring", payload="grads", units=(unit,),
                                  modules=tuple(range(len(pieces))), pieces=pieces, itemsize=work.w))
             prog.free("comm", "buffers", grad_bytes, payload=f"grad unit{unit}")
-    step = work.gpu_step(prog, phi // n, deps=last)
+            if after_reduce:  # offload: the gradient shards go down to the host
+                last[-1] = after_reduce(prog, work, last[-1], (unit,), mb)
+    step = hooks.step(prog, work, last) if getattr(hooks, "step", None) else work.gpu_step(prog, phi // n, deps=last)
     if resident:  # the updated persistent parameters, gathered in one coalesced call (stage3's _post_step)
         pieces = tuple(work.w * unit_modules(scenario, u)[m][1] for u, m in resident)
         for u, m in resident:

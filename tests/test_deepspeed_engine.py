@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from pathlib import Path
 
 import pytest
 
@@ -50,6 +51,20 @@ def test_deepspeed_beside_the_simulation(tmp_path, capsys, gpus, zero, precision
         assert c["grads"]["sim"] == pytest.approx(c["grads"]["real"], rel=0.05)
     assert any("optimizer: the config's replaced" in line for line in ds["differences"])
     assert any("gradient_clipping: off" in line for line in ds["differences"])
+
+
+@pytest.mark.slow
+def test_a_config_the_executor_cannot_run_goes_to_deepspeed_alone(capsys):
+    """The HF ZeRO-3 template offloads parameters, which simpar's executor does not perform: DeepSpeed runs
+    alone beside the simulation, its losses held to one process on the whole batch."""
+    template = str(Path(__file__).resolve().parents[1] / "examples" / "configs" / "hf_zero3_offload.json")
+    assert main(["run", "--deepspeed", template, "--gpus", "2", "--compare-real", "--engine", "deepspeed",
+                 "--json", "-"]) == 0
+    ds = json.loads(capsys.readouterr().out)["deepspeed"]
+    assert ds["losses_against"] == "one process on the whole batch" and ds["loss_max_abs_diff_vs_executor"] < 1e-3
+    c = ds["comparison"]
+    assert c["bytes_sent"]["error"] == pytest.approx(0, abs=0.01)
+    assert c["host"]["sim"] == c["host"]["real"] and c["params"]["real"] == c["params"]["sim"] == 0
 
 
 def test_engine_deepspeed_needs_the_config_and_a_real_run(tmp_path, capsys):

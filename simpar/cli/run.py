@@ -154,9 +154,10 @@ def scenario_and_notes(args) -> tuple[Scenario, list[str]]:
         strategy, precision, micro_batch, global_batch = ds.strategy, ds.precision, ds.micro_batch, ds.global_batch
         microbatches, optimizer, options = ds.microbatches, ds.optimizer or optimizer, ds.options
         notes += ds.report()
-        if compare and options.get("offload_params"):
+        if compare and options.get("offload_params") and getattr(args, "engine", "simpar") != "deepspeed":
             raise SimparError("--compare-real: offload_param (parameters in host memory) is simulated, but "
-                              "simpar's executor does not perform it yet; drop it from the config to run")
+                              "simpar's executor does not perform it yet; run it with --engine deepspeed, or "
+                              "drop it from the config")
         if compare and (options.pop("deepspeed_habits", False) | bool(options.pop("param_persistence_threshold", 0))):
             notes.append("deepspeed: --compare-real runs simpar's executor, which keeps the ZeRO paper's model states "
                          "and gathers every module; DeepSpeed's fp32 gradient partitions and persistent small "

@@ -46,15 +46,20 @@ def run_and_compare(args, scenario: Scenario, notes: list[str] = ()) -> int:
     if backend == "nccl" and have < world:
         raise SimparError(f"--backend: nccl runs one rank per GPU; {world} ranks need {world} GPUs, this machine "
                           f"has {have} (use gloo, or torchrun across machines)")
+    deepspeed = args.engine.strip().lower() == "deepspeed"
+    if deepspeed and scenario.strategy.offload_params:  # DeepSpeed alone: simpar's executor cannot perform it
+        from simpar.cli.run_deepspeed import deepspeed_alone
+
+        return deepspeed_alone(args, scenario, steps, seed, timeout, list(notes))
     with tqdm(total=world * steps, desc=f"{world} ranks x {steps} steps", unit="step", file=sys.stderr,
               disable=None, leave=False) as bar:  # disable=None: no bar when stderr is not a terminal
         real = run_real(scenario, steps, seed, timeout, backend, progress=lambda done: bar.update(done - bar.n),
                         collectives=collectives)
     beside = None
-    if args.engine.strip().lower() == "deepspeed":
+    if deepspeed:
         from simpar.cli.run_deepspeed import deepspeed_beside
 
-        beside = deepspeed_beside(args, scenario, real, steps, seed, timeout)
+        beside = deepspeed_beside(args, scenario, real["losses"], steps, seed, timeout)
     return report(args, scenario, real, backend, list(notes), beside)
 
 

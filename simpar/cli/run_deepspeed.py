@@ -31,7 +31,9 @@ def _error(sim: float, real: float) -> float | None:
     return None if not real else (sim - real) / real
 
 
-def deepspeed_beside(args, scenario: Scenario, executor: dict, steps: int, seed: int, timeout: float) -> dict:
+def deepspeed_beside(args, scenario: Scenario, losses: list[float], steps: int, seed: int, timeout: float,
+                     against: str = "simpar's executor") -> dict:
+    """DeepSpeed's run and the simulation with DeepSpeed's habits; ``losses`` (``against``'s) to hold it to."""
     from simpar.cli.run_compare import machine_topology
 
     config = load(args.deepspeed)
@@ -50,7 +52,7 @@ def deepspeed_beside(args, scenario: Scenario, executor: dict, steps: int, seed:
         rows[category] = (max(r["memory"][category] for r in sim["ranks"]),
                           max(r["memory"].get(category, 0) for r in real["ranks"]))
     comparison = {k: {"sim": s, "real": r, "error": _error(s, r)} for k, (s, r) in rows.items()}
-    loss_gap = max(abs(a - b) for a, b in zip(real["losses"], executor["losses"]))
+    loss_gap = max(abs(a - b) for a, b in zip(real["losses"], losses))
     calls = real["ranks"][0]["calls"]
     differences = list(changed) + [
         f"bytes: DeepSpeed's collectives counted at torch.distributed as the bytes a ring sends for them "
@@ -62,14 +64,34 @@ def deepspeed_beside(args, scenario: Scenario, executor: dict, steps: int, seed:
         if off and category in WHY:
             differences.append(f"{category}: {WHY[category]}")
     differences.append("activations are not read from DeepSpeed (autograd's saved tensors are, in simpar's executor)")
-    return {"config": run, "sim": sim, "real": real, "comparison": comparison,
+    return {"config": run, "sim": sim, "real": real, "comparison": comparison, "losses_against": against,
             "loss_max_abs_diff_vs_executor": loss_gap, "differences": differences}
 
 
-def print_beside(beside: dict, executor: dict) -> None:
+def deepspeed_alone(args, scenario: Scenario, steps: int, seed: int, timeout: float, notes: list[str]) -> int:
+    """A config simpar's executor cannot perform (offload_param): DeepSpeed beside the simulation only, its
+    losses held to one process training on the whole batch."""
+    from simpar.cli import write_json
+    from simpar.cli.run import scenario_json
+    from simpar.real.executor import single_process
+
+    reference = single_process(scenario, steps, seed)["losses"]
+    beside = deepspeed_beside(args, scenario, reference, steps, seed, timeout, "one process on the whole batch")
+    notes = notes + ["deepspeed: simpar's executor does not perform offload_param: DeepSpeed runs alone beside "
+                     "the simulation, its losses held to one process training on the whole batch"]
+    if args.json and write_json({"scenario": scenario_json(scenario), "inputs": notes, "deepspeed": beside},
+                                args.json):
+        return 0
+    for line in notes:
+        print(line)
+    print_beside(beside, None)
+    return 0
+
+
+def print_beside(beside: dict, executor: dict | None) -> None:
     real, c = beside["real"], beside["comparison"]
     print(f"\nDeepSpeed itself on the same ranks (losses {', '.join(f'{x:.4f}' for x in real['losses'])}; "
-          f"largest difference from simpar's executor {beside['loss_max_abs_diff_vs_executor']:.1e})")
+          f"largest difference from {beside['losses_against']} {beside['loss_max_abs_diff_vs_executor']:.1e})")
     print(f"  {'':<22}{'simulated':>12}{'DeepSpeed':>12}{'error':>10}   (simulated with DeepSpeed's habits)")
     for key, label, show in (("step_time_s", "step time", units.human_time),
                              ("bytes_sent", "sent per rank", units.human_bytes),

@@ -47,10 +47,11 @@ def require() -> None:
 def run_config(config: dict) -> tuple[dict, list[str]]:
     """The filled config as this run gives it to DeepSpeed, and what was changed (to list, not hide)."""
     out, changed = dict(config), []
-    for key in ("optimizer", "scheduler"):
-        if out.pop(key, None) is not None:
-            changed.append(f"{key}: the config's replaced by simpar's optimizer (a torch client optimizer), so the "
-                           "losses can be held to simpar's executor")
+    if out.pop("optimizer", None) is not None:
+        changed.append("optimizer: the config's replaced by simpar's optimizer (a torch client optimizer), so the "
+                       "losses can be held to simpar's")
+    if out.pop("scheduler", None) is not None:
+        changed.append("scheduler: left out (simpar's optimizer keeps a constant learning rate)")
     if out.get("gradient_clipping"):
         changed.append("gradient_clipping: off (simpar's executor does not clip)")
     out.update(gradient_clipping=0.0, steps_per_print=10**9, wall_clock_breakdown=False,

@@ -133,6 +133,37 @@ class ModelSpec:
         return 2.0 * micro_batch * self.seq * self.vocab * self.hidden
 
     # -- activations -------------------------------------------------------------------------
+    def executor_activation_bytes(self, kind: str, micro_batch: int, weight_bytes: int, recompute: str = "none",
+                                  tp: int = 1, sequence_parallel: bool = False) -> float:
+        """Bytes simpar's own GPT (simpar.real.model: PyTorch autograd, scaled_dot_product_attention's
+        flash kernel on CPU) saves for backward per unit, as its saved-tensor hooks count them (measured
+        over tiny, small and a SwiGLU/RMSNorm/GQA variant, fp32 and bf16: tests/test_executor_activations.py).
+
+        A layer keeps w bytes per token for: its input, the attention input (norm1 out), the residual
+        after attention and the MLP input (norm2 out), 4h replicated over TP ranks (torch's composite
+        RMSNorm adds, per norm, its fp32 product x·rstd, and in bf16 the fp32 copy of x: 4h or 6h bytes);
+        Q, K and V (K and V repeated to h for GQA) and the
+        attention output, 4h; the ffn-wide tensors, 2 for GELU (up out, GELU out), 4 for SwiGLU; these
+        split over TP ranks. Plus 16 bytes a token of norm statistics (fp32) and the attention's
+        log-sum-exp, w·a per token. No s² scores: the flash kernel never stores them. Full recomputation
+        (torch checkpoint) keeps the unit's input. The embedding keeps its int64 ids (and position
+        indices); the head its norm's input and output and the fp32 log-softmax output of the loss."""
+        s, b, h, w, t = self.seq, micro_batch, self.hidden, weight_bytes, tp
+        tokens = s * b
+        rms = (4 if w == 4 else 6) * h if self.norm == "rmsnorm" else 0  # bytes per token per norm, beside w·h
+        if kind == "embedding":
+            return 8.0 * tokens + (8.0 * s if self.positions else 0.0)
+        if kind == "head":  # one process: F.cross_entropy's fp32 log-softmax; TP: the vocabulary-parallel
+            kept = 4.0 if t == 1 else 8.0  # cross-entropy (Megatron's) keeps the fp32 logits and probabilities
+            return tokens * (2.0 * w * h + rms + kept * self.vocab_per_tp_rank(t) + 16.0)
+        if recompute == "full":
+            return w * tokens * h / (t if sequence_parallel else 1)
+        replicated = 4 * w * h + 2 * rms
+        if sequence_parallel:  # the norms work on the sequence shard; the linears keep their gathered inputs
+            replicated = replicated / t + 2 * w * h
+        split = w * (4 * h + (4 if self.activation == "swiglu" else 2) * self.ffn)
+        return tokens * (replicated + split / t + 16.0 + w * self.heads / t)
+
     def layer_activation_bytes(self, micro_batch: int, recompute: str = "none",
                                flash_attention: bool = False, tp: int = 1, sequence_parallel: bool = False) -> float:
         """Bytes a layer keeps for backward in 16-bit training (Korthikanti et al. 2022).

@@ -106,6 +106,8 @@ class RankExecutor:
                 upcoming = (op.unit, op.microbatch)
         self.recorder = Recorder(self.device)
         self.activations = SavedActivations(self.model.parameters())
+        if isinstance(self.model, TensorParallelModel):  # its cross-entropy keeps logits and probabilities itself
+            self.model.on_hold = lambda key, tensor: self.activations.hold(key, tensor) if self.instrumented else None
 
     def _sample(self) -> None:
         if not self.instrumented:
@@ -184,13 +186,15 @@ class RankExecutor:
                                                           1 / m, outputs)
             return 0.0
         unit = self.model.units[op.unit]
+        head = op.unit == len(self.model.units) - 1
         with self.activations.hooks(key) if self.instrumented else nullcontext():
             if self.scenario.strategy.recompute == "full" and 0 < op.unit < len(self.model.units) - 1:
                 out = checkpoint(unit, inputs[key], use_reentrant=False)  # keeps only the layer's input
             else:
                 out = unit(inputs[key])
-        if op.unit == len(self.model.units) - 1:  # mean over the micro-batch, scaled to the step's mean
-            out = F.cross_entropy(out.float().reshape(-1, out.shape[-1]), targets.reshape(-1)) / m
+            if head:  # mean over the micro-batch, scaled to the step's mean; what the loss saves is the head's
+                out = F.cross_entropy(out.float().reshape(-1, out.shape[-1]), targets.reshape(-1)) / m
+        if head:
             outputs[key] = out
             return float(out.detach())
         outputs[key] = out

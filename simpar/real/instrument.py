@@ -32,20 +32,32 @@ class SavedActivations:
     """Tensors autograd keeps for backward, per (unit, micro-batch), counted by storage."""
 
     def __init__(self, parameters: Iterable[torch.Tensor]):
-        self._parameters = {id(p) for p in parameters}
+        # by storage, looked up when a tensor is saved: autograd often saves a view of a weight (a Linear's
+        # transposed weight), a new tensor object over the parameter's memory, and ZeRO-3 swaps a
+        # parameter's memory for its gathered whole: both are parameters, not activations
+        self._parameter_list = list(parameters)
         self._owners: dict[int, set] = defaultdict(set)  # storage pointer -> keys that saved it
         self._sizes: dict[int, int] = {}
         self._keys: dict[tuple, set[int]] = defaultdict(set)
 
     def hooks(self, key: tuple) -> torch.autograd.graph.saved_tensors_hooks:
         def pack(tensor):
-            if id(tensor) not in self._parameters and tensor.numel():
-                storage = tensor.untyped_storage()
+            storage = tensor.untyped_storage() if tensor.numel() else None
+            parameters = {p.untyped_storage().data_ptr() for p in self._parameter_list if p.numel()}
+            if storage is not None and storage.data_ptr() not in parameters:
                 self._sizes[storage.data_ptr()] = storage.nbytes()
                 self._owners[storage.data_ptr()].add(key)
                 self._keys[key].add(storage.data_ptr())
             return tensor
         return torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor)
+
+    def hold(self, key: tuple, tensor: torch.Tensor) -> None:
+        """A tensor kept for ``key``'s backward outside autograd (the TP cross-entropy's logits and
+        probabilities): an activation all the same."""
+        storage = tensor.untyped_storage()
+        self._sizes[storage.data_ptr()] = storage.nbytes()
+        self._owners[storage.data_ptr()].add(key)
+        self._keys[key].add(storage.data_ptr())
 
     def release(self, key: tuple) -> None:
         """The backward of ``key`` has run: what it alone saved is free."""

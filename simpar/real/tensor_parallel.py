@@ -143,6 +143,7 @@ class TensorParallelModel(nn.Module):
         self.units = nn.ModuleList([embedding, *blocks, ParallelHead(full.units[-1], embedding, index, parts)])
         self.saved: dict[tuple[int, int], dict] = {}
         self.loss_total = 0.0
+        self.on_hold = None  # (key, tensor): told of tensors kept for backward outside autograd
 
     # -- forward --------------------------------------------------------------------------------
     def forward_piece(self, unit: int, mb: int, half: int, x, targets, scale: float, outputs: dict):
@@ -191,6 +192,8 @@ class TensorParallelModel(nn.Module):
         state = self.saved[key]
         state["scale"] = scale
         z = state["z"] = F.linear(state["n_leaf"], module.weight).float()
+        if self.on_hold is not None:
+            self.on_hold(key, z)
         rows = z.shape[-1]
         local = targets - module.start
         inside = (local >= 0) & (local < rows)
@@ -202,6 +205,8 @@ class TensorParallelModel(nn.Module):
 
             def after_sums(sums):
                 state["probs"] = exp / sums[0].unsqueeze(-1)
+                if self.on_hold is not None:
+                    self.on_hold(key, state["probs"])
                 loss = (torch.log(sums[0]) + maximum - sums[1]).mean() * scale
                 self.loss_total += float(loss)
                 outputs[key] = loss

@@ -55,8 +55,17 @@ class Work:
         embedding = UnitWork(vocab * h + model.positions * h, 0.0, 0.0,
                              2 * token_bytes, 2 * token_bytes, 0.0, 0.0, model.positions * h)
         sp = spec.sequence_parallel
-        kept = model.layer_activation_bytes(b, spec.recompute, spec.flash_attention, t, sp) * act_scale
-        full = model.layer_activation_bytes(b, "none", spec.flash_attention, t, sp) * act_scale
+        # whose activations: simpar's executor GPT where the run is the executor's (the cpu-host machine),
+        # else Megatron-LM's (Korthikanti et al. 2022)
+        self.executor_activations = scenario.cluster.topology == "cpu-host"
+        if self.executor_activations:
+            kept = model.executor_activation_bytes("layer", b, self.w, spec.recompute, t, sp)
+            full = model.executor_activation_bytes("layer", b, self.w, "none", t, sp)
+            embedding = UnitWork(vocab * h + model.positions * h, 0.0, 0.0, 2 * token_bytes, 2 * token_bytes,
+                                 model.executor_activation_bytes("embedding", b, self.w), 0.0, model.positions * h)
+        else:
+            kept = model.layer_activation_bytes(b, spec.recompute, spec.flash_attention, t, sp) * act_scale
+            full = model.layer_activation_bytes(b, "none", spec.flash_attention, t, sp) * act_scale
         fwd = model.layer_forward_flops(b) / t
         extra = {"none": 0.0, "full": fwd, "selective": 4.0 * b * s * s * h / t}[spec.recompute]
         layer_params = model.layer_params_per_tp_rank(t)
@@ -65,9 +74,10 @@ class Work:
         final_norm = model.final_norm_params()
         head_params = (0 if model.tied_embeddings else vocab * h) + final_norm
         logits = 4.0 * b * s * vocab  # fp32 logits kept for the cross-entropy backward
+        kept_head = model.executor_activation_bytes("head", b, self.w, tp=t) if self.executor_activations else logits
         head_fwd = model.head_forward_flops(b) / t
         head = UnitWork(head_params, head_fwd, 2 * head_fwd, vocab * h * self.w + logits,
-                        2 * (vocab * h * self.w + logits), logits, 0.0, final_norm)
+                        2 * (vocab * h * self.w + logits), kept_head, 0.0, final_norm)
         self.units = [embedding] + [layer] * model.layers + [head]
 
     @property
@@ -110,7 +120,7 @@ class Work:
                                          ("optimizer", optimizer, optimizer_memory)):
             if nbytes:
                 prog.alloc("compute", category, nbytes, memory=memory, payload="model states")
-        optimized = optimizer / self.k  # parameters this rank's optimizer updates
+        optimized = optimizer / self.k if self.k else 0  # parameters this rank's optimizer updates (SGD: no state)
         if self.fp32_grads and optimizer and optimizer_memory == "gpu":  # DeepSpeed's fp32 gradient of each
             prog.alloc("compute", "grads", 4 * min(optimized, self.sub_group or optimized),  # (a sub-group's
                        payload="model states")  # worth at a time with ZeRO-3)

@@ -45,6 +45,11 @@ class SimResult:
         return data
 
 
+ACTIVATIONS_EXECUTOR = ("activations: what simpar's executor GPT saves for backward (PyTorch autograd, the CPU flash "
+                        "attention kernel: ModelSpec.executor_activation_bytes)")
+ACTIVATIONS_MEGATRON = "activations: Megatron-LM's, as Korthikanti et al. 2022 count them (ModelSpec.layer_activation_bytes)"
+
+
 def build_topology(scenario: Scenario) -> Topology:
     cluster = scenario.cluster
     return topologies.build(cluster.topology, cluster.gpus, cluster.bandwidth, cluster.latency, cluster.device)
@@ -105,5 +110,6 @@ def simulate(scenario: Scenario, topology: Topology | None = None, plan: Plan | 
     usage = sim.network.utilisation or {}
     link_timeline = [{"name": topology.channel_name(c), "kind": topology.channel_kind(c), "points": points}
                      for c, points in sorted(usage.items())]
-    return SimResult(step_time, totals, ranks, links, server, list(plan.notes), timeline, ops, link_timeline,
+    notes = list(plan.notes) + [ACTIVATIONS_EXECUTOR if scenario.cluster.topology == "cpu-host" else ACTIVATIONS_MEGATRON]
+    return SimResult(step_time, totals, ranks, links, server, notes, timeline, ops, link_timeline,
                      utilisation(scenario, step_time, topology))

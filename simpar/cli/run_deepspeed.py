@@ -15,12 +15,10 @@ from simpar.real.deepspeed_engine import run_config, run_deepspeed
 from simpar.scenario import Scenario
 from simpar.sim import simulate
 
-CATEGORIES = ("params", "grads", "optimizer", "buffers", "host")
+CATEGORIES = ("params", "grads", "optimizer", "host")  # what DeepSpeed's engine and optimizer hold, read from them
 HABITS = ("deepspeed_habits", "param_persistence_threshold", "offload_params")
 # why a category can differ between the simulation and what DeepSpeed's engine holds
-WHY = {"buffers": "simpar counts gradient buckets in flight and gathered ZeRO-3 modules as buffers; DeepSpeed's "
-                  "own buckets are not among the engine tensors read here",
-       "grads": "ZeRO-1/2 turn the 16-bit gradient partition into fp32 inside step() (stage_1_and_2.py: flatten, "
+WHY = {"grads": "ZeRO-1/2 turn the 16-bit gradient partition into fp32 inside step() (stage_1_and_2.py: flatten, "
                 ".to(fp32)), so both exist only between the two moments read here (after each backward, inside the "
                 "optimizer's step); simpar counts both, as DeepSpeed's estimator does",
        "step_time_s": "DeepSpeed's per-module hooks and many small collectives cost Python time on CPU ranks; the "
@@ -63,7 +61,8 @@ def deepspeed_beside(args, scenario: Scenario, losses: list[float], steps: int, 
         off = abs(row["error"]) > 0.05 if row["error"] is not None else row["sim"] != row["real"]
         if off and category in WHY:
             differences.append(f"{category}: {WHY[category]}")
-    differences.append("activations are not read from DeepSpeed (autograd's saved tensors are, in simpar's executor)")
+    differences.append("buffers and activations are not compared: DeepSpeed's reduce buckets and gathered ZeRO-3 "
+                       "modules live in its own structures, autograd's saved tensors are read in simpar's executor only")
     return {"config": run, "sim": sim, "real": real, "comparison": comparison, "losses_against": against,
             "loss_max_abs_diff_vs_executor": loss_gap, "differences": differences}
 

@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from rank_processes import alive, ranks_of
 from simpar.real.launch import free_port
 
 pytestmark = pytest.mark.slow
@@ -46,24 +47,6 @@ def test_compare_real_table_and_errors(cli):
         assert result.returncode == 2 and message in result.stderr, result.stderr
 
 
-def _descendants(pid: int) -> set[int]:
-    """Live (not zombie) processes below ``pid``, from /proc."""
-    parents = {}
-    for entry in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{entry}/stat") as handle:
-                fields = handle.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if fields[0] != "Z":
-            parents[int(entry)] = int(fields[1])
-    found, frontier = set(), {pid}
-    while frontier:
-        frontier = {child for child, parent in parents.items() if parent in frontier} - found
-        found |= frontier
-    return found
-
-
 @pytest.mark.parametrize("whole_group", [True, False])
 def test_ctrl_c_stops_the_run_and_leaves_no_rank_behind(whole_group):
     """Ctrl-C in a terminal interrupts the whole foreground process group (simpar and its ranks);
@@ -75,7 +58,7 @@ def test_ctrl_c_stops_the_run_and_leaves_no_rank_behind(whole_group):
     deadline = time.monotonic() + 60
     ranks: set[int] = set()
     while len(ranks) < 4 and time.monotonic() < deadline:  # wait until the ranks are up
-        ranks = {p for p in _descendants(proc.pid) if b"spawn_main" in open(f"/proc/{p}/cmdline", "rb").read()}
+        ranks = ranks_of(proc.pid)
         time.sleep(0.5)
     assert len(ranks) == 4
     time.sleep(3)  # into the training steps
@@ -85,15 +68,7 @@ def test_ctrl_c_stops_the_run_and_leaves_no_rank_behind(whole_group):
         proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=30)
     assert proc.returncode == 130 and "interrupted" in stderr
-    assert [p for p in ranks if _alive(p)] == []
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+    assert [p for p in ranks if alive(p)] == []
 
 
 def test_the_same_worker_runs_under_torchrun(tmp_path):

@@ -10,45 +10,9 @@ import sys
 import time
 
 import pytest
+from rank_processes import alive, ranks_of
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")]
-
-
-def children(pid: int) -> list[int]:
-    """Processes whose parent is ``pid`` (Linux /proc)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as handle:
-                stat = handle.read()
-        except OSError:
-            continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:  # the field after the state
-            found.append(int(entry))
-    return found
-
-
-def rank_processes(pid: int) -> list[int]:
-    ranks = []
-    for child in children(pid):
-        try:
-            with open(f"/proc/{child}/cmdline", "rb") as handle:
-                cmdline = handle.read()
-        except OSError:
-            continue
-        if b"spawn_main" in cmdline:  # multiprocessing's spawned ranks (not its resource tracker)
-            ranks.append(child)
-    return ranks
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 RUN = ["run", "--compare-real", "--gpus", "4", "--model", "tiny", "--steps", "100000", "--timeout", "300"]
@@ -69,7 +33,7 @@ def test_a_signal_to_a_real_run_leaves_no_rank_behind(tmp_path, sig, command):
             assert proc.poll() is None, proc.stderr.read().decode()
             assert time.monotonic() < deadline, "the ranks never started"
             time.sleep(0.5)
-            ranks = rank_processes(proc.pid)
+            ranks = ranks_of(proc.pid)
         time.sleep(3)  # the ranks are past start-up, inside the run
         os.kill(proc.pid, sig)
         code = proc.wait(timeout=30)

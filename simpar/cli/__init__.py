@@ -34,7 +34,7 @@ def cluster_choice(args, default_topology: str, default_gpus: int) -> tuple[str,
     """(preset name or cluster file, GPUs) from --topology, --cluster and --gpus; with a cluster file
     --gpus defaults to all of its GPUs."""
     from simpar import units
-    from simpar.topologies.cluster_file import load
+    from simpar.topologies.cluster_file import is_cluster_file, load
 
     cluster = getattr(args, "cluster", None)
     if cluster is not None and getattr(args, "topology", None) is not None:
@@ -42,8 +42,8 @@ def cluster_choice(args, default_topology: str, default_gpus: int) -> tuple[str,
     if cluster is not None:
         gpus = load(cluster).gpus if args.gpus is None else units.positive_int(args.gpus, "--gpus")
         return cluster, gpus
-    topology = args.topology or default_topology
-    return topology.strip() if "/" in topology or "." in topology else topology.strip().lower(), \
+    topology = (args.topology or default_topology).strip()
+    return topology if is_cluster_file(topology) else topology.lower(), \
         units.positive_int(default_gpus if args.gpus is None else args.gpus, "--gpus")
 
 

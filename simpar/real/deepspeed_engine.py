@@ -90,6 +90,8 @@ class _CountingCalls:
 
 
 def _bytes(tensors) -> int:
+    """Bytes of distinct tensors, a view counted for its own elements: DeepSpeed's partitions are views
+    into flat buffers larger than them (unlike instrument.storage_bytes, which counts whole storages)."""
     seen, total = set(), 0
     for t in tensors:
         if t is None or not isinstance(t, torch.Tensor) or t.numel() == 0:
@@ -111,18 +113,16 @@ def held(engine, stage: int) -> dict[str, int]:
     if stage == 3:
         masters = list(getattr(opt, "fp32_partitioned_groups_flat", []))
         partitions = [p.ds_tensor for p in params]
-        gathered = [p.data for p in params]  # empty while released
         # stage3.py keeps this rank's gradient partitions in one flat buffer
         grads = [getattr(opt, "grad_partitions_flat_buffer", None)]
         grads += [t for group in (getattr(opt, "averaged_gradients", None) or {}).values() for t in (group or [])]
     else:
         masters = list(getattr(opt, "single_partition_of_fp32_groups", []))
-        partitions, gathered = params, []
+        partitions = params
         grads = [t for group in getattr(opt, "averaged_gradients", {}).values() for t in (group or [])]
         grads += [p.grad for p in params]
     grads += [m.grad for m in masters]
-    out = {"params": _bytes(partitions), "grads": _bytes(grads), "optimizer": _bytes(states + masters),
-           "buffers": _bytes(gathered), "host": 0}
+    out = {"params": _bytes(partitions), "grads": _bytes(grads), "optimizer": _bytes(states + masters), "host": 0}
     if getattr(opt, "cpu_offload", False) or getattr(opt, "offload_optimizer", False):
         out["host"] = out.pop("optimizer") + out.pop("grads")
         out.update(optimizer=0, grads=0)

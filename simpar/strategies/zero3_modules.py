@@ -175,11 +175,8 @@ def build(scenario: Scenario, params_memory: str = "gpu", optimizer_memory: str 
                 last[-1] = after_reduce(prog, work, last[-1], (unit,), mb)
     step = hooks.step(prog, work, last) if getattr(hooks, "step", None) else work.gpu_step(prog, phi // n, deps=last)
     if resident:  # the updated persistent parameters, gathered in one coalesced call (stage3's _post_step)
-        pieces = tuple(work.w * unit_modules(scenario, u)[m][1] for u, m in resident)
-        for u, m in resident:
-            if (u, m) not in held_buffers:
-                prog.alloc("comm", "buffers", work.w * unit_modules(scenario, u)[m][1], deps=[step],
-                           payload=f"params unit{u} module{m}", units=(u,), modules=(m,))
+        pieces = tuple(work.w * unit_modules(scenario, u)[m][1] for u, m in resident)  # (into the buffers they
+        # never left: persistent modules are not released)
         prog.add(Collective, "comm", [step], op="allgather", group="dp", nbytes=sum(pieces), algo=spec.algo or "ring",
                  payload="persistent params", units=tuple(sorted({u for u, _ in resident})), pieces=pieces,
                  itemsize=work.w)

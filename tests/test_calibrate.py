@@ -87,6 +87,61 @@ def test_a_ring_step_costs_the_fitted_latency_and_bandwidth():
     assert result.time_s == pytest.approx(2 * (50e-6 + 1e6 / 2e9), rel=1e-6)
 
 
+def test_collective_costs_fit_a_call_a_step_latency_and_a_bandwidth():
+    from simpar.calibrate.profile import fit_collective_costs
+
+    rows = [{"steps": k, "step_bytes": b, "seconds": 300e-6 + k * (1.5e-3 + b / 2e9)}
+            for k in (1, 2) for b in (2e3, 1.3e5, 5e5, 1e6)]
+    assert fit_collective_costs(rows) == pytest.approx((300e-6, 1.5e-3, 2e9))
+    below = [dict(r, seconds=r["seconds"] - 400e-6) for r in rows]  # an intercept below zero: fixed at 0
+    call, alpha, bandwidth = fit_collective_costs(below)
+    assert call == 0.0 and alpha > 0 and bandwidth > 0
+
+
+def _woken(world: int = 2):
+    profile = _profile()
+    profile.call, profile.wake = {"2": 300e-6, "4": 1e-3}, {"2": 1.5e-3, "4": 0.0}
+    return profile.topology(world, "fp32")
+
+
+def test_a_call_right_after_computing_pays_the_call_and_the_wake_per_ring_step():
+    """ZeRO-1 on 2 ranks: the reduce-scatter comes after the backward (it wakes: 300 us + 1 step x
+    1.5 ms more), the all-gather after the optimizer step (it wakes too); without the profile's call
+    and wake the same plan is exactly that much shorter."""
+    from simpar.collectives import call_delay
+    from simpar.sim.op_costs import OpCosts
+    from simpar.strategies import build_plan
+
+    scenario = make_scenario(model("tiny"), "zero1", 2, precision="fp32", topology="cpu-host")
+    woken, plain = _woken(), _profile().topology(2, "fp32")
+    plan = build_plan(scenario)
+    costs = OpCosts(plan, scenario, woken)
+    calls = [op for op in plan.programs[0].ops if type(op).__name__ == "Collective"]
+    assert calls and all(costs.wakes(0, op) for op in calls)
+    assert call_delay(woken, 1, True) == pytest.approx(1.8e-3) and call_delay(woken, 1, False) == 0.0
+    extra = simulate(scenario, topology=woken).step_time_s - simulate(scenario, topology=plain).step_time_s
+    assert extra == pytest.approx(len(calls) * 1.8e-3, rel=1e-6)
+
+
+def test_calls_back_to_back_pay_no_wake_and_the_fast_path_prices_wakes_as_the_full_one():
+    from simpar.sim.op_costs import OpCosts
+    from simpar.strategies import build_plan
+
+    for strategy, kwargs in (("zero3", {}), ("ddp", {}), ("tp", {}), ("pp", {"microbatches": 4})):
+        scenario = make_scenario(model("tiny-deep"), strategy, 2, micro_batch=2, precision="fp32",
+                                 topology="cpu-host", **kwargs)
+        topo = _woken()
+        plan = build_plan(scenario)
+        costs = OpCosts(plan, scenario, topo)
+        ops = [op for op in plan.programs[0].ops if type(op).__name__ not in ("Alloc", "Free")]
+        for before, op in zip(ops, ops[1:]):  # woken exactly where the op before computed
+            if type(op).__name__ in ("Collective", "Send"):
+                assert costs.wakes(0, op) == (type(before).__name__ in ("Compute", "Copy"))
+        if strategy != "zero3":  # (the fast path leaves ZeRO-3's overlapping allocations to the full one)
+            full, fast = simulate(scenario, topology=topo), simulate(scenario, topology=_woken(), fast=True)
+            assert fast.step_time_s == pytest.approx(full.step_time_s, rel=1e-9), strategy
+
+
 def test_bad_profiles_and_flags_are_one_line_errors(tmp_path, cli):
     bad = tmp_path / "bad.json"
     bad.write_text("{}")

@@ -2,7 +2,8 @@
 benchmark at the same time, so running k ranks measures what k ranks sharing the machine get).
 
 Nothing here runs a training strategy: compute is timed unit by unit (one embedding, one layer,
-one head, forward and backward) on synthetic inputs, communication as bare ring exchanges, the
+one head, forward and backward) on synthetic inputs, communication with the executor's own ring
+code (back to back, and in the pattern a step uses: a unit's compute, then the collective), the
 optimizer step and memory copies on bare tensors. ``simpar validate`` then judges the fitted
 profile on whole strategies the fit never saw.
 """
@@ -44,6 +45,23 @@ def _timed(fn, repeats: int) -> float:
     return max(statistics.median(rounds) - barrier, 0.0) / repeats
 
 
+def _per_call(fn, calls: int) -> float:
+    """Seconds per ``fn()`` as a step meets it: each call timed on its own (no barrier: k ranks run
+    side by side, as in a step), the fastest and slowest tenth dropped (a timer tick, a page fault),
+    the mean of the rest. Barrier-bracketed rounds of back-to-back calls read 15-40 % high for
+    units of a few hundred microseconds (the barrier's own cost varies by more than it is worth)."""
+    for _ in range(3):
+        fn()
+    seconds = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        fn()
+        seconds.append(time.perf_counter() - start)
+    seconds.sort()
+    cut = len(seconds) // 10
+    return statistics.fmean(seconds[cut:len(seconds) - cut])
+
+
 def compute_worker(ctx, models: list[str], batches: list[int], precision: str, repeats: int) -> list[dict]:
     """Forward and backward time of each kind of unit, with the FLOPs the simulator prices it at."""
     torch.manual_seed(ctx.rank)
@@ -69,8 +87,8 @@ def compute_worker(ctx, models: list[str], batches: list[int], precision: str, r
                     out = forward()
                     out.backward(None if kind == "head" else torch.ones_like(out))
 
-                fwd = _timed(forward, repeats)
-                both = _timed(backward, repeats)
+                fwd = _per_call(forward, 5 * repeats)
+                both = _per_call(backward, 5 * repeats)
                 net.zero_grad(set_to_none=True)
                 u = work.units[unit]
                 rows.append({"model": name, "batch": b, "unit": kind, "fwd_flops": u.fwd_flops,
@@ -110,3 +128,46 @@ def host_worker(ctx, params: list[int], repeats: int) -> dict:
         target = torch.empty(n)
         copies.append({"bytes": 4 * n, "seconds": _timed(lambda: target.copy_(weight.detach()), repeats)})
     return {"steps": steps, "copies": copies}
+
+
+def pattern_worker(ctx, sizes: list[int], repeats: int, rounds: int = 5) -> dict:
+    """A collective as a step meets it: one unit's compute (a tiny-deep layer's forward at micro-batch
+    2, what a ZeRO-3 or TP step computes between two collectives), then the executor's ring
+    all-gather or all-reduce, ``2 x repeats`` times in a row, every rank at once. Each loop is timed
+    between two barriers, against the same loop without the collectives: the difference per call is
+    everything the step pays for the collective, the wait for a peer still computing (skew) and the
+    wake-up of a blocked receive included. {"base": [s per compute alone, per round],
+    "<op><bytes>": [s per compute + collective, per round]}"""
+    comm, group, n = CountingComm(ctx.rank), list(range(ctx.world)), ctx.world
+    spec = model("tiny-deep")
+    layer = build_model(spec).units[1]
+    hidden = torch.randn(2, spec.seq, spec.hidden)
+
+    def loop(collective) -> float:
+        dist.barrier()
+        start = time.perf_counter()
+        for _ in range(2 * repeats):
+            with torch.no_grad():
+                layer(hidden)
+            collective()
+        dist.barrier()
+        return (time.perf_counter() - start) / (2 * repeats)
+
+    out = {"base": [loop(lambda: None) for _ in range(rounds)]}
+    for op in PATTERN_OPS:
+        for size in sizes:
+            numel = max(size // 4, n)
+            flat = torch.zeros(numel)
+            mine = torch.tensor_split(flat, n)[ctx.rank]
+            call = ((lambda: comm.ring_all_gather(mine, numel, group)) if op == "allgather"
+                    else (lambda: comm.ring_all_reduce(flat, group)))
+            out[f"{op}{size}"] = [loop(call) for _ in range(rounds)]
+    return out
+
+
+PATTERN_OPS = ("allgather", "allreduce")
+
+
+def ring_steps(op: str, world: int) -> int:
+    """Ring steps of one call: an all-gather k - 1, an all-reduce (reduce-scatter + all-gather) 2(k - 1)."""
+    return (world - 1) * (2 if op == "allreduce" else 1)

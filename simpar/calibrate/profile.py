@@ -3,10 +3,13 @@ simulator prices a Plan with, saved as JSON and turned back into a topology.
 
 Fits: a unit's forward or backward takes ``overhead[kind] + flops / rate`` (per phase, least
 squares; the overhead is the framework's per-op cost, which dominates small models on a CPU, and
-depends on how many kernels the unit launches: an embedding few, a transformer layer dozens); a ring step
-moving s bytes takes ``alpha + s / bandwidth`` (per world size: more ranks than cores slow every
-message); k ranks computing at once take ``slowdown[k]`` times as long as one (the cores are
-shared); the optimizer updates ``params_per_s``; a copy moves ``copy_bytes_per_s``.
+depends on how many kernels the unit launches: an embedding few, a transformer layer dozens); a
+collective of k ring steps moving s bytes each costs ``k (alpha + s / bandwidth)`` back to back with another
+collective and ``call + k (alpha + wake + s / bandwidth)`` right after computing, both measured
+with the executor's own ring code (per world size: more ranks than cores slow every message);
+``call`` and ``wake`` are the step's wait for a peer still computing and the wake-up of a
+blocked receive (README, calibration); k ranks computing at once take ``slowdown[k]`` times as long as one (the
+cores are shared); the optimizer updates ``params_per_s``; a copy moves ``copy_bytes_per_s``.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from simpar.topologies.graph import Topology
 if TYPE_CHECKING:
     from simpar.calibrate.gpu_profile import GPUProfile
 
-VERSION = 2
+VERSION = 3
 UNIT_KINDS = ("embedding", "layer", "head")
 
 
@@ -66,6 +69,24 @@ def fit_unit_costs(rows: list[dict], phase: str) -> list[float]:
     return [float(c) for c in coefficients[:-1]] + [1.0 / per_flop]
 
 
+def fit_collective_costs(rows: list[dict]) -> tuple[float, float, float]:
+    """(per-call seconds, per-step seconds, bytes/s) of ``seconds = call + steps (alpha + step_bytes /
+    bandwidth)`` fitted to ``rows`` (steps, step_bytes, seconds) by least squares; a term that fits
+    below zero (noise) is fixed at zero and the others refitted."""
+    design = np.array([[1.0, r["steps"], r["steps"] * r["step_bytes"]] for r in rows])
+    seconds = np.array([r["seconds"] for r in rows])
+    free = [0, 1, 2]
+    while True:
+        coefficients = np.zeros(3)
+        coefficients[free] = np.linalg.lstsq(design[:, free], seconds, rcond=None)[0]
+        negative = [i for i in free if coefficients[i] < 0]
+        if not negative:
+            break
+        free.remove(min(negative, key=lambda i: coefficients[i]))
+    call, alpha, per_byte = (float(c) for c in coefficients)
+    return call, alpha, 1.0 / per_byte if per_byte > 0 else 1e12
+
+
 def machine_id() -> dict:
     return {"host": platform.node(), "cpu": platform.processor() or platform.machine(),
             "cores": os.cpu_count() or 1, "torch": torch.__version__}
@@ -81,6 +102,10 @@ class HardwareProfile:
     copy_bytes_per_s: float
     samples: dict = field(default_factory=dict)  # the raw measurements, for the record
     version: int = VERSION
+    # world -> seconds a collective or send right after computing pays once (call) and per ring step (wake)
+    # beyond the back-to-back ring step of ``ring``
+    call: dict[str, float] = field(default_factory=dict)
+    wake: dict[str, float] = field(default_factory=dict)
 
     # -- persistence ----------------------------------------------------------------------------
     def save(self, path: str) -> None:
@@ -124,6 +149,12 @@ class HardwareProfile:
         alpha, bandwidth = self._nearest(self.ring, world)
         return float(alpha), float(bandwidth)
 
+    def call_cost(self, world: int) -> float:
+        return float(self._nearest(self.call, world)) if self.call else 0.0
+
+    def wake_cost(self, world: int) -> float:
+        return float(self._nearest(self.wake, world)) if self.wake else 0.0
+
     # -- the simulator's view -------------------------------------------------------------------
     def topology(self, world: int, precision: str) -> Topology:
         """``world`` rank processes on this machine, priced with what was measured."""
@@ -141,5 +172,7 @@ class HardwareProfile:
         host = HostSpec("cpu-host (calibrated)", 1, ram, self.copy_bytes_per_s, rate,
                         self.optimizer_params_per_s.get("adam", 1e8) / slow, "simpar calibrate")
         alpha, bandwidth = self.ring_step(world)
-        return rank_processes(world, device, host, alpha, bandwidth, self.copy_bytes_per_s / slow,
-                              f"{world} gloo processes on {self.machine['cores']} cores (calibrated)")
+        topology = rank_processes(world, device, host, alpha, bandwidth, self.copy_bytes_per_s / slow,
+                                  f"{world} gloo processes on {self.machine['cores']} cores (calibrated)")
+        topology.call_overhead, topology.wake_latency = self.call_cost(world), self.wake_cost(world)
+        return topology

@@ -158,15 +158,26 @@ def protocol_for(topology: Topology, algo: str, phases: list[Phase]) -> nccl.Pro
                + sum(phase_latency(topology, p, phase) for phase in phases))
 
 
-def collective(network: Network, phases: list[Phase], tag: str = "", proto: nccl.Protocol | None = None
-               ) -> simpy.Process:
+def call_delay(topology: Topology, steps: int, wakes: bool) -> float:
+    """Seconds a call pays before its transfers on a calibrated CPU-rank topology where it comes right
+    after computing (``wakes``): the per-call overhead and the wake-up latency per ring step. Back to
+    back with another call it pays neither: its steps' latency is the back-to-back one."""
+    return topology.call_overhead + steps * topology.wake_latency if wakes else 0.0
+
+
+def collective(network: Network, phases: list[Phase], tag: str = "", proto: nccl.Protocol | None = None,
+               wakes: bool = False) -> simpy.Process:
     """A SimPy process running the phases one after another, each phase's transfers at once.
-    Under an NCCL ``proto`` the call first pays its base latency, each phase its steps' latency."""
+    Under an NCCL ``proto`` the call first pays its base latency, each phase its steps' latency;
+    otherwise the topology's ``call_delay`` (0 but on calibrated CPU ranks)."""
     topology = network.topology
+    delay = call_delay(topology, len(phases), wakes) if proto is None else 0.0
 
     def run():
         if proto is not None and proto.base_latency:
             yield network.env.timeout(proto.base_latency)
+        elif delay:
+            yield network.env.timeout(delay)
         for phase in phases:
             label = f"{tag}{phase.name}"
             transfers = [(t.src, t.dst, t.nbytes, t.steps) for t in phase.transfers]
@@ -179,5 +190,18 @@ def collective(network: Network, phases: list[Phase], tag: str = "", proto: nccl
     return network.env.process(run())
 
 
+def point_to_point(network: Network, transfers: list[tuple], tag: str = "", wakes: bool = False) -> simpy.Event:
+    """Sends between ranks (pipeline stages): one step each, after the topology's ``call_delay``."""
+    delay = call_delay(network.topology, 1, wakes)
+    if not delay:
+        return network.transfer_all(transfers, tag)
+
+    def run():
+        yield network.env.timeout(delay)
+        yield network.transfer_all(transfers, tag)
+
+    return network.env.process(run())
+
+
 __all__ = ["ALGO_ALIASES", "BUSBW_FACTOR", "OPS", "Phase", "Transfer", "chunk_sizes",
-           "collective", "expand", "normalize", "phase_latency", "protocol_for"]
+           "call_delay", "collective", "expand", "normalize", "phase_latency", "point_to_point", "protocol_for"]

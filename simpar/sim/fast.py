@@ -20,7 +20,7 @@ from collections import Counter
 import numpy as np
 import simpy
 
-from simpar.collectives import collective, plan_call, protocol_for
+from simpar.collectives import collective, plan_call, point_to_point, protocol_for
 from simpar.engine import Network
 from simpar.plan import Alloc, Collective, Compute, Copy, Free, Plan, Recv, Send
 from simpar.scenario import Scenario
@@ -51,9 +51,9 @@ class _Durations:
                 self._cache[key] = self.costs.compute_time(self.plan.programs[pi], op)
             return self._cache[key]
         if isinstance(op, Collective):
-            key = (pi, op.op, op.algo, op.group, op.nbytes, op.pieces, op.itemsize)
+            key = (pi, op.op, op.algo, op.group, op.nbytes, op.pieces, op.itemsize, self.costs.wakes(pi, op))
         elif isinstance(op, Send):
-            key = ("send", pi, op.peer, op.nbytes)
+            key = ("send", pi, op.peer, op.nbytes, self.costs.wakes(pi, op))
         elif isinstance(op, Copy):
             key = ("copy", pi, op.src, op.dst, op.nbytes)
         else:
@@ -75,10 +75,11 @@ class _Durations:
             if len(groups[0]) < 2:
                 return 0.0, Counter(), Counter(), None
             phases = plan_call(op, topology, [[gpus[r] for r in g] for g in groups])
-            event = collective(network, phases, "", protocol_for(topology, op.algo or "ring", phases))
+            event = collective(network, phases, "", protocol_for(topology, op.algo or "ring", phases),
+                               self.costs.wakes(pi, op))
         elif isinstance(op, Send):
-            event = network.transfer_all([(gpus[r], gpus[self.plan.grid.peer(r, op.peer)], op.nbytes, 1)
-                                          for r in prog.ranks])
+            event = point_to_point(network, [(gpus[r], gpus[self.plan.grid.peer(r, op.peer)], op.nbytes, 1)
+                                             for r in prog.ranks], wakes=self.costs.wakes(pi, op))
         else:
             node = self.costs.node
             event = network.transfer_all([(node(r, op.src), node(r, op.dst), op.nbytes, 1) for r in prog.ranks])

@@ -8,7 +8,7 @@ from collections import Counter, defaultdict
 
 from simpar.costs.pricing import KernelPricer
 from simpar.errors import SimparError
-from simpar.plan import Compute, Plan
+from simpar.plan import Alloc, Collective, Compute, Copy, Free, Plan, Send
 from simpar.scenario import Scenario
 from simpar.topologies.graph import Topology
 
@@ -24,6 +24,26 @@ class OpCosts:
         self.flops_rate = gpu.flops(dtype)
         self.kernel_pricer = KernelPricer(scenario, gpu) if gpu.kernels is not None else None
         self._machines = self._machine_nodes()
+        self.after_compute = (self._after_compute() if topology.wake_latency or topology.call_overhead
+                              else frozenset())
+
+    def _after_compute(self) -> frozenset:
+        """(program, op id) of every collective and send that comes right after computing in its
+        program's order (memory bookkeeping aside): where the executor's ranks pay the topology's
+        wake-up latency per ring step."""
+        marked = set()
+        for pi, prog in enumerate(self.plan.programs):
+            computing = False
+            for op in prog.ops:
+                if isinstance(op, (Alloc, Free)):
+                    continue
+                if isinstance(op, (Collective, Send)) and computing:
+                    marked.add((pi, op.id))
+                computing = isinstance(op, (Compute, Copy))
+        return frozenset(marked)
+
+    def wakes(self, pi: int, op) -> bool:
+        return (pi, op.id) in self.after_compute
 
     def _machine_nodes(self) -> dict:
         nodes: dict = defaultdict(dict)

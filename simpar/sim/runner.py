@@ -19,7 +19,7 @@ from collections import Counter
 import numpy as np
 import simpy
 
-from simpar.collectives import collective, plan_call, protocol_for
+from simpar.collectives import collective, plan_call, point_to_point, protocol_for
 from simpar.engine import Network
 from simpar.errors import SimparError
 from simpar.plan import (
@@ -140,7 +140,7 @@ class Simulator:
         if isinstance(op, Collective):
             return self._collective(pi, op)
         if isinstance(op, Send):
-            return self._send(prog, op)
+            return self._send(prog, op, self.costs.wakes(pi, op))
         if isinstance(op, Recv):
             return self._arrival(op.tag)
         if isinstance(op, Copy):
@@ -153,7 +153,8 @@ class Simulator:
         groups = self._groups[(pi, op.group)]
         if len(groups[0]) < 2:
             return None
-        key = (op.op, op.algo, pi, op.group, op.nbytes, op.pieces, op.itemsize)
+        wakes = self.costs.wakes(pi, op)
+        key = (op.op, op.algo, pi, op.group, op.nbytes, op.pieces, op.itemsize, wakes)
         entry = self._entries.get(key)
         if entry is None:
             gpus = self.topology.gpus
@@ -165,7 +166,7 @@ class Simulator:
             entry.replays += 1
             return self.env.timeout(entry.duration)
         start, before = self.env.now, self.network.channel_bytes.copy()
-        process = collective(self.network, entry.phases, f"{op.payload} ", entry.protocol)
+        process = collective(self.network, entry.phases, f"{op.payload} ", entry.protocol, wakes)
         if self.replay:
             def record(_, entry=entry):
                 entry.duration = self.env.now - start
@@ -173,7 +174,7 @@ class Simulator:
             process.callbacks.append(record)
         return process
 
-    def _send(self, prog, op: Send):
+    def _send(self, prog, op: Send, wakes: bool):
         transfers = []
         for rank in prog.ranks:
             src, dst = self.topology.gpus[rank], self.topology.gpus[self.plan.grid.peer(rank, op.peer)]
@@ -181,7 +182,7 @@ class Simulator:
             self.sent[src] += op.nbytes
             self.received[dst] += op.nbytes
         self.send_issued[op.tag] = self.env.now
-        event = self.network.transfer_all(transfers, f"{op.tag} ")
+        event = point_to_point(self.network, transfers, f"{op.tag} ", wakes)
         arrival = self._arrival(op.tag)
         event.callbacks.append(lambda _: arrival.succeed())
         return event

@@ -87,27 +87,28 @@ def test_a_ring_step_costs_the_fitted_latency_and_bandwidth():
     assert result.time_s == pytest.approx(2 * (50e-6 + 1e6 / 2e9), rel=1e-6)
 
 
-def test_collective_costs_fit_a_call_a_step_latency_and_a_bandwidth():
+def test_collective_costs_fit_a_wake_a_step_latency_and_a_bandwidth():
+    """A burst, then 1 or 4 calls in a row: the wake is paid once, every step its latency and bytes."""
     from simpar.calibrate.profile import fit_collective_costs
 
-    rows = [{"steps": k, "step_bytes": b, "seconds": 300e-6 + k * (1.5e-3 + b / 2e9)}
-            for k in (1, 2) for b in (2e3, 1.3e5, 5e5, 1e6)]
-    assert fit_collective_costs(rows) == pytest.approx((300e-6, 1.5e-3, 2e9))
-    below = [dict(r, seconds=r["seconds"] - 400e-6) for r in rows]  # an intercept below zero: fixed at 0
-    call, alpha, bandwidth = fit_collective_costs(below)
-    assert call == 0.0 and alpha > 0 and bandwidth > 0
+    rows = [{"calls": m, "steps": k, "step_bytes": b, "seconds": 1.2e-3 + m * k * (300e-6 + b / 2e9)}
+            for m in (1, 4) for k in (1, 2) for b in (2e3, 1.3e5, 1e6)]
+    assert fit_collective_costs(rows) == pytest.approx((1.2e-3, 300e-6, 2e9))
+    below = [dict(r, seconds=r["seconds"] - 1.5e-3) for r in rows]  # an intercept below zero: fixed at 0
+    wake, alpha, bandwidth = fit_collective_costs(below)
+    assert wake == 0.0 and alpha > 0 and bandwidth > 0
 
 
 def _woken(world: int = 2):
     profile = _profile()
-    profile.call, profile.wake = {"2": 300e-6, "4": 1e-3}, {"2": 1.5e-3, "4": 0.0}
+    profile.wake = {"2": 1.5e-3, "4": 0.0}
     return profile.topology(world, "fp32")
 
 
-def test_a_call_right_after_computing_pays_the_call_and_the_wake_per_ring_step():
-    """ZeRO-1 on 2 ranks: the reduce-scatter comes after the backward (it wakes: 300 us + 1 step x
-    1.5 ms more), the all-gather after the optimizer step (it wakes too); without the profile's call
-    and wake the same plan is exactly that much shorter."""
+def test_the_first_call_after_computing_pays_the_wake():
+    """ZeRO-1 on 2 ranks: the reduce-scatter comes after the backward, the all-gather after the
+    optimizer step: both pay the 1.5 ms wake, and without it the same plan is exactly that much
+    shorter."""
     from simpar.collectives import call_delay
     from simpar.sim.op_costs import OpCosts
     from simpar.strategies import build_plan
@@ -117,10 +118,10 @@ def test_a_call_right_after_computing_pays_the_call_and_the_wake_per_ring_step()
     plan = build_plan(scenario)
     costs = OpCosts(plan, scenario, woken)
     calls = [op for op in plan.programs[0].ops if type(op).__name__ == "Collective"]
-    assert calls and all(costs.wakes(0, op) for op in calls)
-    assert call_delay(woken, 1, True) == pytest.approx(1.8e-3) and call_delay(woken, 1, False) == 0.0
+    assert len(calls) == 2 and all(costs.wakes(0, op) for op in calls)
+    assert call_delay(woken, True) == 1.5e-3 and call_delay(woken, False) == 0.0
     extra = simulate(scenario, topology=woken).step_time_s - simulate(scenario, topology=plain).step_time_s
-    assert extra == pytest.approx(len(calls) * 1.8e-3, rel=1e-6)
+    assert extra == pytest.approx(2 * 1.5e-3, rel=1e-6)
 
 
 def test_calls_back_to_back_pay_no_wake_and_the_fast_path_prices_wakes_as_the_full_one():

@@ -1,9 +1,9 @@
 """``simpar calibrate``: measure this machine with micro-benchmarks and fit a hardware profile.
 
 One rank alone (compute of every unit kind at several sizes; optimizer steps and copies), then
-k = 2, 4, 8... ranks at once: the same compute on one size, to see how sharing the cores slows
-it; the executor's ring all-gather back to back by message size; and its all-gather and all-reduce
-in the step's pattern (a unit's compute, then the collective), which the collective costs are
+k = 2, 4, 8... ranks at once: the executor's ring all-gather back to back by message size (for the
+record), and its all-gather and all-reduce in the step's pattern (a unit's compute, then one or
+several calls in a row), which the collective costs and the compute slowdown inside a step are
 fitted to. Profiles are cached per machine and precision (``default_path``) so ``simpar run
 --compare-real`` picks them up.
 """
@@ -14,14 +14,15 @@ import os
 import statistics
 from pathlib import Path
 
-from simpar.calibrate.bench import PATTERN_OPS, compute_worker, host_worker, pattern_worker, ring_steps, ring_worker
+from simpar.calibrate.bench import (PATTERN_OPS, SERIES, burst_worker, compute_worker, host_worker, pattern_worker,
+                                   ring_steps, ring_worker)
 from simpar.calibrate.profile import HardwareProfile, fit_collective_costs, fit_line, fit_unit_costs, machine_id
 from simpar.real.launch import launch
 
 MODELS = ["tiny", "small"]
 BATCHES = [1, 2, 4]
 RING_SIZES = [2**k for k in range(12, 22)]  # 4 KiB to 2 MiB
-PATTERN_SIZES = [2**12, 2**16, 2**18, 2**20, 2**21]  # 4 KiB to 2 MiB: a TP activation to a DDP bucket
+PATTERN_SIZES = [2**12, 2**18, 2**21]  # 4 KiB to 2 MiB: a TP activation to a DDP bucket
 OPTIMIZER_PARAMS = [2**14, 2**18, 2**20]
 
 
@@ -37,23 +38,19 @@ def gpu_default_path(preset: str) -> Path:
 
 
 def _both(ctx, precision: str, repeats: int) -> dict:
-    return {"compute": compute_worker(ctx, ["tiny"], [2], precision, repeats),
-            "ring": ring_worker(ctx, RING_SIZES, repeats),
+    return {"ring": ring_worker(ctx, RING_SIZES, repeats),
             "pattern": pattern_worker(ctx, PATTERN_SIZES, repeats)}
 
 
 def pattern_rows(ranks: list[dict], world: int) -> list[dict]:
-    """Per op and size: ring steps, bytes per step, and seconds per call beyond the compute (the
-    median round of rank 0: the barriers make every rank's loop equally long)."""
+    """Per op, size and number of calls in a row: ring steps, bytes per step, and seconds beyond the
+    compute (the median round of rank 0: the barriers make every rank's loop equally long)."""
     timings = ranks[0]["pattern"]
     base = statistics.median(timings["base"])
-    return [{"op": op, "bytes": size, "steps": ring_steps(op, world), "step_bytes": max(size // 4, world) * 4 / world,
-             "seconds": max(statistics.median(timings[f"{op}{size}"]) - base, 0.0)}
-            for op in PATTERN_OPS for size in PATTERN_SIZES]
-
-
-def _unit_seconds(rows: list[dict]) -> float:
-    return sum(r["fwd_s"] + r["bwd_s"] for r in rows)
+    return [{"op": op, "bytes": size, "calls": calls, "steps": ring_steps(op, world),
+             "step_bytes": max(size // 4, world) * 4 / world,
+             "seconds": max(statistics.median(timings[f"{op}{size}x{calls}"]) - base, 0.0)}
+            for op in PATTERN_OPS for size in PATTERN_SIZES for calls in (1, SERIES)]
 
 
 def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repeats: int = 10,
@@ -64,22 +61,22 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
     alone = launch(compute_worker, 1, (MODELS, BATCHES, precision, repeats), timeout=timeout)[0]
     host = launch(host_worker, 1, (OPTIMIZER_PARAMS, repeats), timeout=timeout)[0]
     compute = {phase: fit_unit_costs(alone, phase) for phase in ("fwd", "bwd")}
-    reference = _unit_seconds([r for r in alone if r["model"] == "tiny" and r["batch"] == 2])
-    slowdown, ring, call, wake, shared = {"1": 1.0}, {}, {}, {}, {}
+    alone_burst = launch(burst_worker, 1, (repeats,), timeout=timeout)[0]
+    slowdown, ring, wake, shared = {"1": 1.0}, {}, {}, {}
     for world in worlds:
         say(f"{world} ranks at once: compute and ring steps")
         ranks = launch(_both, world, (precision, repeats), timeout=timeout)
-        slowdown[str(world)] = statistics.median(_unit_seconds(r["compute"]) for r in ranks) / reference
+        # a unit computed inside the step's pattern (after a call, beside k - 1 other ranks) against alone
+        slowdown[str(world)] = statistics.fmean(t for r in ranks for t in r["pattern"]["compute"]) / alone_burst
         gathers = [statistics.median(r["ring"][i]["seconds"] for r in ranks) for i in range(len(RING_SIZES))]
         # back to back, an all-gather of S bytes is k - 1 ring steps of S / k bytes: one step's latency and
         # bandwidth with nothing before it, kept to show what the step's pattern adds (README, calibration)
         steps = [t / (world - 1) for t in gathers]
         alpha, seconds_per_byte = fit_line([row["bytes"] / world for row in ranks[0]["ring"]], steps)
         rows = pattern_rows(ranks, world)
-        call[str(world)], pattern_alpha, bandwidth = fit_collective_costs(rows)
-        ring[str(world)] = [alpha, bandwidth]  # the bytes cost the same either way: the pattern's fit, wider sizes
-        wake[str(world)] = max(pattern_alpha - alpha, 0.0)
-        shared[str(world)] = {"ring_seconds": steps, "pattern": rows, "pattern_step": pattern_alpha,
+        wake[str(world)], step_alpha, bandwidth = fit_collective_costs(rows)
+        ring[str(world)] = [step_alpha, bandwidth]
+        shared[str(world)] = {"ring_seconds": steps, "pattern": rows,
                               "back_to_back": [alpha, 1.0 / seconds_per_byte if seconds_per_byte else 1e12]}
     rates = {}
     for name in ("adam", "sgd"):
@@ -87,7 +84,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
         _, seconds_per_param = fit_line([s["params"] for s in rows], [s["seconds"] for s in rows])
         rates[name] = 1.0 / seconds_per_param if seconds_per_param else 1e10
     _, seconds_per_byte = fit_line([c["bytes"] for c in host["copies"]], [c["seconds"] for c in host["copies"]])
-    return HardwareProfile(machine=machine_id(), compute={precision: compute}, slowdown=slowdown, ring=ring, call=call, wake=wake,
+    return HardwareProfile(machine=machine_id(), compute={precision: compute}, slowdown=slowdown, ring=ring, wake=wake,
                            optimizer_params_per_s=rates,
                            copy_bytes_per_s=1.0 / seconds_per_byte if seconds_per_byte else 1e11,
                            samples={"compute": alone, "host": host, "shared": shared, "ring_sizes": RING_SIZES})

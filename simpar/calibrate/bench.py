@@ -63,7 +63,8 @@ def _per_call(fn, calls: int) -> float:
 
 
 def compute_worker(ctx, models: list[str], batches: list[int], precision: str, repeats: int) -> list[dict]:
-    """Forward and backward time of each kind of unit, with the FLOPs the simulator prices it at."""
+    """Forward and backward time of each kind of unit on a rank alone, with the FLOPs the simulator
+    prices it at (how much slower a unit computes inside a step is ``pattern_worker``'s business)."""
     torch.manual_seed(ctx.rank)
     rows = []
     for name in models:
@@ -99,7 +100,8 @@ def compute_worker(ctx, models: list[str], batches: list[int], precision: str, r
 def ring_worker(ctx, sizes: list[int], repeats: int) -> list[dict]:
     """A ring all-gather of each size over every rank, with the executor's own code (k - 1 ring
     steps of size/k bytes each, the chunks copied into place), every rank at once; each timed alone
-    (median of 5 x ``repeats``): the steps keep the ranks in step, a barrier would cost more."""
+    (the mean of 5 x ``repeats``: a step pays the occasional stalled call too, and a median would
+    hide it); the steps keep the ranks in step, a barrier would cost more."""
     comm = CountingComm(ctx.rank)
     group = list(range(ctx.world))
     rows = []
@@ -112,7 +114,7 @@ def ring_worker(ctx, sizes: list[int], repeats: int) -> list[dict]:
             start = time.perf_counter()
             comm.ring_all_gather(mine, numel, group)
             samples.append(time.perf_counter() - start)
-        rows.append({"bytes": numel * 4, "seconds": statistics.median(samples[2:])})
+        rows.append({"bytes": numel * 4, "seconds": statistics.fmean(samples[2:])})
     return rows[1:]
 
 
@@ -131,29 +133,35 @@ def host_worker(ctx, params: list[int], repeats: int) -> dict:
 
 
 def pattern_worker(ctx, sizes: list[int], repeats: int, rounds: int = 5) -> dict:
-    """A collective as a step meets it: one unit's compute (a tiny-deep layer's forward at micro-batch
-    2, what a ZeRO-3 or TP step computes between two collectives), then the executor's ring
-    all-gather or all-reduce, ``2 x repeats`` times in a row, every rank at once. Each loop is timed
-    between two barriers, against the same loop without the collectives: the difference per call is
-    everything the step pays for the collective, the wait for a peer still computing (skew) and the
-    wake-up of a blocked receive included. {"base": [s per compute alone, per round],
-    "<op><bytes>": [s per compute + collective, per round]}"""
+    """Collectives as a step meets them: one unit's compute (``_unit_burst``), then ``m`` of the executor's ring
+    all-gathers or all-reduces in a row (m = 1 and ``SERIES``, as ZeRO-3 gathers a layer's modules
+    one after another), every rank at once, repeated. Each loop is timed between two barriers,
+    against the same loop without the collectives: the difference per repetition is everything the
+    step pays for its m calls, the wait for a peer still computing and the wake-up of a blocked
+    receive included. {"base": [s per compute alone, per round], "<op><bytes>x<m>": [s per
+    compute + m calls, per round], "compute": [s of each compute burst that followed a call]}: the
+    last, against ``burst_worker`` on one rank, is how much slower a unit computes inside a step
+    (the cores shared, and whatever a blocked receive leaves behind)."""
     comm, group, n = CountingComm(ctx.rank), list(range(ctx.world)), ctx.world
-    spec = model("tiny-deep")
-    layer = build_model(spec).units[1]
-    hidden = torch.randn(2, spec.seq, spec.hidden)
+    unit = _unit_burst()
+    reps = max(4, 4 * repeats // n)  # more ranks than cores make every call slower: fewer of them
 
-    def loop(collective) -> float:
+    bursts: list[float] = []
+
+    def loop(collective, calls: int) -> float:
         dist.barrier()
         start = time.perf_counter()
-        for _ in range(2 * repeats):
-            with torch.no_grad():
-                layer(hidden)
-            collective()
+        for _ in range(reps):
+            began = time.perf_counter()
+            unit()
+            if calls:
+                bursts.append(time.perf_counter() - began)
+            for _ in range(calls):
+                collective()
         dist.barrier()
-        return (time.perf_counter() - start) / (2 * repeats)
+        return (time.perf_counter() - start) / reps
 
-    out = {"base": [loop(lambda: None) for _ in range(rounds)]}
+    out = {"base": [loop(lambda: None, 0) for _ in range(rounds)], "compute": bursts}
     for op in PATTERN_OPS:
         for size in sizes:
             numel = max(size // 4, n)
@@ -161,10 +169,38 @@ def pattern_worker(ctx, sizes: list[int], repeats: int, rounds: int = 5) -> dict
             mine = torch.tensor_split(flat, n)[ctx.rank]
             call = ((lambda: comm.ring_all_gather(mine, numel, group)) if op == "allgather"
                     else (lambda: comm.ring_all_reduce(flat, group)))
-            out[f"{op}{size}"] = [loop(call) for _ in range(rounds)]
+            for calls in (1, SERIES):
+                out[f"{op}{size}x{calls}"] = [loop(call, calls) for _ in range(rounds)]
     return out
 
 
+SERIES = 4
+
+
+def _unit_burst():
+    """The compute of ``pattern_worker``: a tiny-deep layer's forward and backward at micro-batch 2
+    (what a step computes per unit; a short no-grad forward alone reads a larger slowdown, 1.7x
+    against 1.3x at 2 ranks, as part of the slowdown is a fixed cost of resuming after a call)."""
+    spec = model("tiny-deep")
+    layer = build_model(spec).units[1]
+    hidden = torch.randn(2, spec.seq, spec.hidden)
+
+    def unit():
+        x = hidden.detach().requires_grad_()
+        out = layer(x)
+        out.backward(torch.ones_like(out))
+    return unit
+
+
+def burst_worker(ctx, repeats: int) -> float:
+    """Mean seconds of ``pattern_worker``'s compute burst on a rank alone, each timed on its own."""
+    unit = _unit_burst()
+    seconds = []
+    for _ in range(20 * repeats + 3):
+        start = time.perf_counter()
+        unit()
+        seconds.append(time.perf_counter() - start)
+    return statistics.fmean(seconds[3:])
 PATTERN_OPS = ("allgather", "allreduce")
 
 

@@ -4,11 +4,12 @@ simulator prices a Plan with, saved as JSON and turned back into a topology.
 Fits: a unit's forward or backward takes ``overhead[kind] + flops / rate`` (per phase, least
 squares; the overhead is the framework's per-op cost, which dominates small models on a CPU, and
 depends on how many kernels the unit launches: an embedding few, a transformer layer dozens); a
-collective of k ring steps moving s bytes each costs ``k (alpha + s / bandwidth)`` back to back with another
-collective and ``call + k (alpha + wake + s / bandwidth)`` right after computing, both measured
-with the executor's own ring code (per world size: more ranks than cores slow every message);
-``call`` and ``wake`` are the step's wait for a peer still computing and the wake-up of a
-blocked receive (README, calibration); k ranks computing at once take ``slowdown[k]`` times as long as one (the
+collective of k ring steps
+moving s bytes each costs ``k (alpha + s / bandwidth)``, and the first one after computing
+``wake`` more, all fitted to the executor's own ring code run as a step runs it: a unit's compute,
+then one or several calls in a row (per world size: more ranks than cores slow every message);
+``wake`` is the wait for a peer still computing and the wake-up of a blocked receive (README,
+calibration); k ranks computing at once take ``slowdown[k]`` times as long as one (the
 cores are shared); the optimizer updates ``params_per_s``; a copy moves ``copy_bytes_per_s``.
 """
 
@@ -70,10 +71,12 @@ def fit_unit_costs(rows: list[dict], phase: str) -> list[float]:
 
 
 def fit_collective_costs(rows: list[dict]) -> tuple[float, float, float]:
-    """(per-call seconds, per-step seconds, bytes/s) of ``seconds = call + steps (alpha + step_bytes /
-    bandwidth)`` fitted to ``rows`` (steps, step_bytes, seconds) by least squares; a term that fits
-    below zero (noise) is fixed at zero and the others refitted."""
-    design = np.array([[1.0, r["steps"], r["steps"] * r["step_bytes"]] for r in rows])
+    """(wake seconds, per-step seconds, bytes/s) of ``seconds = wake + calls x steps (alpha + step_bytes
+    / bandwidth)`` (a compute burst, then ``calls`` collectives of ``steps`` ring steps in a row) fitted
+    to ``rows`` by least squares; a term that fits below zero (noise) is fixed at zero and the
+    others refitted."""
+    design = np.array([[1.0, r.get("calls", 1) * r["steps"], r.get("calls", 1) * r["steps"] * r["step_bytes"]]
+                       for r in rows])
     seconds = np.array([r["seconds"] for r in rows])
     free = [0, 1, 2]
     while True:
@@ -83,8 +86,8 @@ def fit_collective_costs(rows: list[dict]) -> tuple[float, float, float]:
         if not negative:
             break
         free.remove(min(negative, key=lambda i: coefficients[i]))
-    call, alpha, per_byte = (float(c) for c in coefficients)
-    return call, alpha, 1.0 / per_byte if per_byte > 0 else 1e12
+    wake, alpha, per_byte = (float(c) for c in coefficients)
+    return wake, alpha, 1.0 / per_byte if per_byte > 0 else 1e12
 
 
 def machine_id() -> dict:
@@ -102,10 +105,7 @@ class HardwareProfile:
     copy_bytes_per_s: float
     samples: dict = field(default_factory=dict)  # the raw measurements, for the record
     version: int = VERSION
-    # world -> seconds a collective or send right after computing pays once (call) and per ring step (wake)
-    # beyond the back-to-back ring step of ``ring``
-    call: dict[str, float] = field(default_factory=dict)
-    wake: dict[str, float] = field(default_factory=dict)
+    wake: dict[str, float] = field(default_factory=dict)  # world -> seconds the first call after computing pays
 
     # -- persistence ----------------------------------------------------------------------------
     def save(self, path: str) -> None:
@@ -149,9 +149,6 @@ class HardwareProfile:
         alpha, bandwidth = self._nearest(self.ring, world)
         return float(alpha), float(bandwidth)
 
-    def call_cost(self, world: int) -> float:
-        return float(self._nearest(self.call, world)) if self.call else 0.0
-
     def wake_cost(self, world: int) -> float:
         return float(self._nearest(self.wake, world)) if self.wake else 0.0
 
@@ -174,5 +171,5 @@ class HardwareProfile:
         alpha, bandwidth = self.ring_step(world)
         topology = rank_processes(world, device, host, alpha, bandwidth, self.copy_bytes_per_s / slow,
                                   f"{world} gloo processes on {self.machine['cores']} cores (calibrated)")
-        topology.call_overhead, topology.wake_latency = self.call_cost(world), self.wake_cost(world)
+        topology.wake_latency = self.wake_cost(world)
         return topology

@@ -158,11 +158,10 @@ def protocol_for(topology: Topology, algo: str, phases: list[Phase]) -> nccl.Pro
                + sum(phase_latency(topology, p, phase) for phase in phases))
 
 
-def call_delay(topology: Topology, steps: int, wakes: bool) -> float:
+def call_delay(topology: Topology, wakes: bool) -> float:
     """Seconds a call pays before its transfers on a calibrated CPU-rank topology where it comes right
-    after computing (``wakes``): the per-call overhead and the wake-up latency per ring step. Back to
-    back with another call it pays neither: its steps' latency is the back-to-back one."""
-    return topology.call_overhead + steps * topology.wake_latency if wakes else 0.0
+    after computing (``wakes``); one that follows another call pays nothing more than its steps."""
+    return topology.wake_latency if wakes else 0.0
 
 
 def collective(network: Network, phases: list[Phase], tag: str = "", proto: nccl.Protocol | None = None,
@@ -171,7 +170,7 @@ def collective(network: Network, phases: list[Phase], tag: str = "", proto: nccl
     Under an NCCL ``proto`` the call first pays its base latency, each phase its steps' latency;
     otherwise the topology's ``call_delay`` (0 but on calibrated CPU ranks)."""
     topology = network.topology
-    delay = call_delay(topology, len(phases), wakes) if proto is None else 0.0
+    delay = call_delay(topology, wakes) if proto is None else 0.0
 
     def run():
         if proto is not None and proto.base_latency:
@@ -192,7 +191,7 @@ def collective(network: Network, phases: list[Phase], tag: str = "", proto: nccl
 
 def point_to_point(network: Network, transfers: list[tuple], tag: str = "", wakes: bool = False) -> simpy.Event:
     """Sends between ranks (pipeline stages): one step each, after the topology's ``call_delay``."""
-    delay = call_delay(network.topology, 1, wakes)
+    delay = call_delay(network.topology, wakes)
     if not delay:
         return network.transfer_all(transfers, tag)
 

@@ -24,13 +24,12 @@ class OpCosts:
         self.flops_rate = gpu.flops(dtype)
         self.kernel_pricer = KernelPricer(scenario, gpu) if gpu.kernels is not None else None
         self._machines = self._machine_nodes()
-        self.after_compute = (self._after_compute() if topology.wake_latency or topology.call_overhead
-                              else frozenset())
+        self.after_compute = self._after_compute() if topology.wake_latency else frozenset()
 
     def _after_compute(self) -> frozenset:
         """(program, op id) of every collective and send that comes right after computing in its
         program's order (memory bookkeeping aside): where the executor's ranks pay the topology's
-        wake-up latency per ring step."""
+        wake-up latency."""
         marked = set()
         for pi, prog in enumerate(self.plan.programs):
             computing = False

@@ -53,10 +53,8 @@ class Topology:
         self.nccl = nccl
         self.nvls = nvls  # NVSwitches that reduce in the switch (NVLink SHARP, H100)
         self.gpus_forward = gpus_forward  # GPUs may relay traffic (a ring network of routers)
-        # a collective or send that comes right after computing pays call_overhead once and wake_latency per
-        # ring step more than one back to back: the executor's gloo ranks waiting for a peer still computing
-        # and waking from a blocked receive (a calibrated profile's call and wake; 0 elsewhere)
-        self.call_overhead = 0.0
+        # seconds a collective or send right after computing pays before its steps: the executor's gloo ranks
+        # waiting for a peer still computing and waking from a blocked receive (a calibrated profile's wake)
         self.wake_latency = 0.0
         self.description = description
         self.graph = nx.Graph()

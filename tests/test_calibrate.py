@@ -101,13 +101,14 @@ def test_collective_costs_fit_a_wake_a_step_latency_and_a_bandwidth():
 
 def _woken(world: int = 2):
     profile = _profile()
-    profile.wake = {"2": 1.5e-3, "4": 0.0}
+    profile.wake, profile.resume = {"2": 1.5e-3, "4": 0.0}, {"2": 2e-4, "4": 0.0}
     return profile.topology(world, "fp32")
 
 
-def test_the_first_call_after_computing_pays_the_wake():
+def test_the_first_call_after_computing_pays_the_wake_and_the_first_compute_after_a_call_the_resume():
     """ZeRO-1 on 2 ranks: the reduce-scatter comes after the backward, the all-gather after the
-    optimizer step: both pay the 1.5 ms wake, and without it the same plan is exactly that much
+    optimizer step: both pay the 1.5 ms wake; the optimizer step comes right after the
+    reduce-scatter: it pays the 0.2 ms resume; without them the same plan is exactly that much
     shorter."""
     from simpar.collectives import call_delay
     from simpar.sim.op_costs import OpCosts
@@ -120,8 +121,10 @@ def test_the_first_call_after_computing_pays_the_wake():
     calls = [op for op in plan.programs[0].ops if type(op).__name__ == "Collective"]
     assert len(calls) == 2 and all(costs.wakes(0, op) for op in calls)
     assert call_delay(woken, True) == 1.5e-3 and call_delay(woken, False) == 0.0
+    resumed = [op for op in plan.programs[0].ops if costs.resume(0, op) if type(op).__name__ == "Compute"]
+    assert [op.phase for op in resumed] == ["step"] and costs.resume(0, resumed[0]) == 2e-4
     extra = simulate(scenario, topology=woken).step_time_s - simulate(scenario, topology=plain).step_time_s
-    assert extra == pytest.approx(2 * 1.5e-3, rel=1e-6)
+    assert extra == pytest.approx(2 * 1.5e-3 + 2e-4, rel=1e-6)
 
 
 def test_calls_back_to_back_pay_no_wake_and_the_fast_path_prices_wakes_as_the_full_one():
@@ -170,7 +173,9 @@ def test_calibrate_then_validate_end_to_end(tmp_path, cli):
     result = cli("calibrate", "--gpus", "2", "--repeats", "2", "--out", str(profile))
     assert result.returncode == 0, result.stderr
     data = json.loads(profile.read_text())
-    assert set(data["ring"]) == {"2"}
+    assert set(data["ring"]) == set(data["wake"]) == set(data["resume"]) == {"2"}
+    assert all(v >= 0 for v in (data["wake"]["2"], data["resume"]["2"], *data["ring"]["2"]))
+    assert len(data["samples"]["shared"]["2"]["pattern"]) == 12  # 2 ops x 3 sizes x (1 call, 4 in a row)
     for phase in ("fwd", "bwd"):  # overheads per unit kind (never negative) and a FLOP rate
         fit = data["compute"]["fp32"][phase]
         assert len(fit) == 4 and all(math.isfinite(v) and v >= 0 for v in fit) and fit[-1] > 0

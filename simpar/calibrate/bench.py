@@ -1,10 +1,10 @@
 """Micro-benchmarks of the machine at hand, run as ``launch`` workers (every rank runs the same
 benchmark at the same time, so running k ranks measures what k ranks sharing the machine get).
 
-Nothing here runs a training strategy: compute is timed unit by unit (one embedding, one layer,
-one head, forward and backward) on synthetic inputs, communication with the executor's own ring
-code (back to back, and in the pattern a step uses: a unit's compute, then the collective), the
-optimizer step and memory copies on bare tensors. ``simpar validate`` then judges the fitted
+Nothing here runs a distributed strategy: compute is timed unit by unit (embedding, layer, head,
+forward and backward) by the executor's own step on one rank, communication with the executor's
+own ring code (back to back, and in the pattern a step uses: a unit's compute, then the
+collectives), the optimizer step and memory copies on bare tensors. ``simpar validate`` then judges the fitted
 profile on whole strategies the fit never saw.
 """
 
@@ -15,7 +15,6 @@ import time
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 
 from simpar.models import model
 from simpar.real.comm import CountingComm
@@ -23,8 +22,6 @@ from simpar.real.model import build_model
 from simpar.real.states import make_optimizer
 from simpar.scenario import make_scenario
 from simpar.strategies.work import Work
-
-DTYPES = {"fp32": torch.float32, "bf16-mixed": torch.bfloat16}
 
 
 def _timed(fn, repeats: int) -> float:
@@ -45,55 +42,46 @@ def _timed(fn, repeats: int) -> float:
     return max(statistics.median(rounds) - barrier, 0.0) / repeats
 
 
-def _per_call(fn, calls: int) -> float:
-    """Seconds per ``fn()`` as a step meets it: each call timed on its own (no barrier: k ranks run
-    side by side, as in a step), the fastest and slowest tenth dropped (a timer tick, a page fault),
-    the mean of the rest. Barrier-bracketed rounds of back-to-back calls read 15-40 % high for
-    units of a few hundred microseconds (the barrier's own cost varies by more than it is worth)."""
-    for _ in range(3):
-        fn()
-    seconds = []
-    for _ in range(calls):
-        start = time.perf_counter()
-        fn()
-        seconds.append(time.perf_counter() - start)
-    seconds.sort()
+def _trimmed_mean(seconds: list[float]) -> float:
+    """The mean without the fastest and slowest tenth (a timer tick, a page fault)."""
+    seconds = sorted(seconds)
     cut = len(seconds) // 10
     return statistics.fmean(seconds[cut:len(seconds) - cut])
 
 
 def compute_worker(ctx, models: list[str], batches: list[int], precision: str, repeats: int) -> list[dict]:
-    """Forward and backward time of each kind of unit on a rank alone, with the FLOPs the simulator
-    prices it at (how much slower a unit computes inside a step is ``pattern_worker``'s business)."""
-    torch.manual_seed(ctx.rank)
+    """Forward and backward time of each kind of unit, with the FLOPs the simulator prices it at, as
+    the executor itself performs them: its own step (RankExecutor) on one rank under DDP, so nothing
+    is communicated, ``repeats`` steps after two warm-up steps (the first samples memory), each
+    unit's ops timed by its recorder. A unit benchmarked apart from the executor misses what the
+    executor does around each op (slicing the batch, keeping inputs for backward, the loss; 0.1 ms
+    per op on the development VM) and splits forward and backward differently."""
+    from simpar.real.executor import RankExecutor
+
     rows = []
     for name in models:
         spec = model(name)
-        net = build_model(spec).to(DTYPES[precision])
         for b in batches:
-            work = Work(make_scenario(spec, "ddp", 1, micro_batch=b, precision=precision, topology="pcie"))
-            ids = torch.randint(0, spec.vocab, (b, spec.seq))
+            scenario = make_scenario(spec, "ddp", 1, micro_batch=b, precision=precision, topology="cpu-host")
+            executor = RankExecutor(ctx, scenario, seed=ctx.rank)
+            ops, work = executor.program.ops, Work(scenario)
+            kinds = {0: "embedding", work.num_units - 1: "head"}
+            seconds: dict[tuple[str, str], list[float]] = {}
+            try:
+                for step in range(repeats + 2):
+                    executor.step(step)
+                    for entry in executor.recorder.timeline if step >= 2 else ():
+                        op = ops[entry["op"]]
+                        if getattr(op, "phase", None) in ("fwd", "bwd"):
+                            key = (kinds.get(op.unit, "layer"), op.phase)
+                            seconds.setdefault(key, []).append(entry["end"] - entry["start"])
+            finally:
+                executor.states.close()
             for kind, unit in (("embedding", 0), ("layer", 1), ("head", work.num_units - 1)):
-                module = net.units[unit]
-                hidden = torch.randn(b, spec.seq, spec.hidden, dtype=DTYPES[precision])
-
-                def forward():
-                    x = ids if unit == 0 else hidden.detach().requires_grad_()
-                    out = module(x)
-                    if kind == "head":
-                        out = F.cross_entropy(out.float().reshape(-1, out.shape[-1]), ids.reshape(-1))
-                    return out
-
-                def backward():
-                    out = forward()
-                    out.backward(None if kind == "head" else torch.ones_like(out))
-
-                fwd = _per_call(forward, 5 * repeats)
-                both = _per_call(backward, 5 * repeats)
-                net.zero_grad(set_to_none=True)
                 u = work.units[unit]
                 rows.append({"model": name, "batch": b, "unit": kind, "fwd_flops": u.fwd_flops,
-                             "bwd_flops": u.bwd_flops, "fwd_s": fwd, "bwd_s": max(both - fwd, 0.0)})
+                             "bwd_flops": u.bwd_flops, "fwd_s": _trimmed_mean(seconds[(kind, "fwd")]),
+                             "bwd_s": _trimmed_mean(seconds[(kind, "bwd")])})
     return rows
 
 
@@ -192,15 +180,18 @@ def _unit_burst():
     return unit
 
 
-def burst_worker(ctx, repeats: int) -> float:
-    """Mean seconds of ``pattern_worker``'s compute burst on a rank alone, each timed on its own."""
+def burst_worker(ctx, repeats: int) -> dict:
+    """``pattern_worker``'s compute burst with every rank computing at once: {"each": mean seconds of
+    one burst timed on its own, "together": seconds per burst of all ranks, from barrier to barrier
+    (``_timed``)}. Against one rank the second is how much k ranks computing at once slow each
+    other (cores, memory bandwidth, caches shared), the first the baseline of ``resume``."""
     unit = _unit_burst()
     seconds = []
     for _ in range(20 * repeats + 3):
         start = time.perf_counter()
         unit()
         seconds.append(time.perf_counter() - start)
-    return statistics.fmean(seconds[3:])
+    return {"each": statistics.fmean(seconds[3:]), "together": _timed(unit, repeats)}
 PATTERN_OPS = ("allgather", "allreduce")
 
 

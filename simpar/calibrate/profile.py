@@ -8,8 +8,8 @@ collective of k ring steps
 moving s bytes each costs ``k (alpha + s / bandwidth)``, and the first one after computing
 ``wake`` more, all fitted to the executor's own ring code run as a step runs it: a unit's compute,
 then one or several calls in a row (per world size: more ranks than cores slow every message);
-``wake`` is the wait for a peer still computing and the wake-up of a blocked receive (README,
-calibration); k ranks computing at once take ``slowdown[k]`` times as long as one (the
+``wake`` is the wait for a peer still computing and the wake-up of a blocked receive, and
+``resume`` what the first compute after a call pays more (README, calibration); k ranks computing at once take ``slowdown[k]`` times as long as one (the
 cores are shared); the optimizer updates ``params_per_s``; a copy moves ``copy_bytes_per_s``.
 """
 
@@ -106,6 +106,7 @@ class HardwareProfile:
     samples: dict = field(default_factory=dict)  # the raw measurements, for the record
     version: int = VERSION
     wake: dict[str, float] = field(default_factory=dict)  # world -> seconds the first call after computing pays
+    resume: dict[str, float] = field(default_factory=dict)  # world -> seconds the first compute after a call pays
 
     # -- persistence ----------------------------------------------------------------------------
     def save(self, path: str) -> None:
@@ -152,6 +153,9 @@ class HardwareProfile:
     def wake_cost(self, world: int) -> float:
         return float(self._nearest(self.wake, world)) if self.wake else 0.0
 
+    def resume_cost(self, world: int) -> float:
+        return float(self._nearest(self.resume, world)) if self.resume else 0.0
+
     # -- the simulator's view -------------------------------------------------------------------
     def topology(self, world: int, precision: str) -> Topology:
         """``world`` rank processes on this machine, priced with what was measured."""
@@ -171,5 +175,5 @@ class HardwareProfile:
         alpha, bandwidth = self.ring_step(world)
         topology = rank_processes(world, device, host, alpha, bandwidth, self.copy_bytes_per_s / slow,
                                   f"{world} gloo processes on {self.machine['cores']} cores (calibrated)")
-        topology.wake_latency = self.wake_cost(world)
+        topology.wake_latency, topology.resume_latency = self.wake_cost(world), self.resume_cost(world)
         return topology

@@ -49,7 +49,7 @@ class _Durations:
                    pi if op.device == "host" else None)
             if key not in self._cache:
                 self._cache[key] = self.costs.compute_time(self.plan.programs[pi], op)
-            return self._cache[key]
+            return self._cache[key] + self.costs.resume(pi, op)
         if isinstance(op, Collective):
             key = (pi, op.op, op.algo, op.group, op.nbytes, op.pieces, op.itemsize, self.costs.wakes(pi, op))
         elif isinstance(op, Send):

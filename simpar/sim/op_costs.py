@@ -8,7 +8,7 @@ from collections import Counter, defaultdict
 
 from simpar.costs.pricing import KernelPricer
 from simpar.errors import SimparError
-from simpar.plan import Alloc, Collective, Compute, Copy, Free, Plan, Send
+from simpar.plan import Alloc, Collective, Compute, Copy, Free, Plan, Recv, Send
 from simpar.scenario import Scenario
 from simpar.topologies.graph import Topology
 
@@ -24,25 +24,33 @@ class OpCosts:
         self.flops_rate = gpu.flops(dtype)
         self.kernel_pricer = KernelPricer(scenario, gpu) if gpu.kernels is not None else None
         self._machines = self._machine_nodes()
-        self.after_compute = self._after_compute() if topology.wake_latency else frozenset()
+        self.after_compute, self.after_network = self._turns() if (topology.wake_latency or topology.resume_latency) \
+            else (frozenset(), frozenset())
 
-    def _after_compute(self) -> frozenset:
-        """(program, op id) of every collective and send that comes right after computing in its
-        program's order (memory bookkeeping aside): where the executor's ranks pay the topology's
-        wake-up latency."""
-        marked = set()
+    def _turns(self) -> tuple[frozenset, frozenset]:
+        """(program, op id) of every collective and send that comes right after computing, and of every
+        compute that comes right after a collective, send or receive, in its program's order (memory
+        bookkeeping aside): where the executor's ranks pay the topology's wake and resume latencies."""
+        woken, resumed = set(), set()
         for pi, prog in enumerate(self.plan.programs):
-            computing = False
+            last = None
             for op in prog.ops:
                 if isinstance(op, (Alloc, Free)):
                     continue
-                if isinstance(op, (Collective, Send)) and computing:
-                    marked.add((pi, op.id))
-                computing = isinstance(op, (Compute, Copy))
-        return frozenset(marked)
+                network = isinstance(op, (Collective, Send, Recv))
+                if isinstance(op, (Collective, Send)) and isinstance(last, (Compute, Copy)):
+                    woken.add((pi, op.id))
+                if isinstance(op, Compute) and op.device == "gpu" and isinstance(last, (Collective, Send, Recv)):
+                    resumed.add((pi, op.id))
+                last = op if network or isinstance(op, (Compute, Copy)) else last
+        return frozenset(woken), frozenset(resumed)
 
     def wakes(self, pi: int, op) -> bool:
         return (pi, op.id) in self.after_compute
+
+    def resume(self, pi: int, op: Compute) -> float:
+        """What a compute right after a call pays on the executor's ranks (0 elsewhere)."""
+        return self.topology.resume_latency if (pi, op.id) in self.after_network else 0.0
 
     def _machine_nodes(self) -> dict:
         nodes: dict = defaultdict(dict)

@@ -136,7 +136,7 @@ class Simulator:
             self.memory[pi].apply(op, self.env.now)
             return None
         if isinstance(op, Compute):
-            return self.env.timeout(self.compute_time(prog, op))
+            return self.env.timeout(self.compute_time(prog, op) + self.costs.resume(pi, op))
         if isinstance(op, Collective):
             return self._collective(pi, op)
         if isinstance(op, Send):

@@ -56,6 +56,9 @@ class Topology:
         # seconds a collective or send right after computing pays before its steps: the executor's gloo ranks
         # waiting for a peer still computing and waking from a blocked receive (a calibrated profile's wake)
         self.wake_latency = 0.0
+        # seconds a compute right after a collective, send or receive pays: a rank resuming after a blocked
+        # receive computes slower for a while (a calibrated profile's resume; 0 elsewhere)
+        self.resume_latency = 0.0
         self.description = description
         self.graph = nx.Graph()
         self.gpus: list[str] = []  # index = rank

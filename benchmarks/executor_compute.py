@@ -1,0 +1,80 @@
+"""Compute per unit: the calibrated profile against the executor's own forward and backward.
+
+    python benchmarks/executor_compute.py [--models tiny-deep,small] [--batches 1,2,4] [--gpus 2] [--repeats 3]
+
+Target (issue 16): each kind of unit's forward and backward within 10 % of what the executor
+measures inside a real step, at micro-batches 1-4, for tiny-deep and small. Runs DDP for real
+(``--repeats`` runs of 6 steps each, every rank's last step), takes the mean time per unit kind
+(embedding, layer, head) and phase, and prints it beside what the simulator prices with this
+machine's profile (``simpar calibrate`` first if there is none). Nothing here is fitted: the
+profile comes from micro-benchmarks alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from collections import defaultdict
+
+from simpar.calibrate import calibrate, default_path
+from simpar.calibrate.profile import HardwareProfile
+from simpar.models import model
+from simpar.scenario import make_scenario
+from simpar.sim import simulate
+from simpar.strategies import build_plan
+
+
+def unit_kind(op, layers: int) -> str:
+    return "embedding" if op.unit == 0 else "head" if op.unit == layers + 1 else "layer"
+
+
+def per_unit(timelines: list[dict], plan, layers: int) -> dict[tuple[str, str], float]:
+    """Mean seconds per (unit kind, phase) over every rank's timeline."""
+    seconds = defaultdict(list)
+    for timeline in timelines:
+        ops = plan.programs[0].ops if len(plan.programs) == 1 else None
+        for entry in timeline["ops"]:
+            op = (ops or plan.program_of(timeline["ranks"][0]).ops)[entry["op"]]
+            if getattr(op, "phase", None) in ("fwd", "bwd"):
+                seconds[(unit_kind(op, layers), op.phase)].append(entry["end"] - entry["start"])
+    return {key: statistics.fmean(values) for key, values in seconds.items()}
+
+
+def main() -> None:
+    from simpar.real.compare import run_real
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="tiny-deep,small")
+    parser.add_argument("--batches", default="1,2,4")
+    parser.add_argument("--gpus", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    path = default_path("fp32")
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        calibrate("fp32").save(str(path))
+    profile = HardwareProfile.load(str(path))
+    errors = []
+    print(f"profile {path}; DDP on {args.gpus} ranks, {args.repeats} runs per case")
+    print(f"{'model':<10} {'b':>2} {'unit':<9} {'phase':<4} {'simulated':>10} {'measured':>10} {'error':>8}")
+    for name in args.models.split(","):
+        spec = model(name)
+        for b in (int(x) for x in args.batches.split(",")):
+            scenario = make_scenario(spec, "ddp", args.gpus, micro_batch=b, precision="fp32", topology="cpu-host")
+            plan = build_plan(scenario)
+            sim = simulate(scenario, topology=profile.topology(args.gpus, "fp32"), serial=True).to_json(ops=True)
+            simulated = per_unit(sim["op_timeline"], plan, spec.layers)
+            runs = [per_unit(run_real(scenario, 6, timeout=600)["op_timeline"], plan, spec.layers)
+                    for _ in range(args.repeats)]
+            for key in sorted(simulated):
+                measured = statistics.median(run[key] for run in runs)
+                error = (simulated[key] - measured) / measured
+                errors.append(abs(error))
+                print(f"{name:<10} {b:>2} {key[0]:<9} {key[1]:<4} {1e6 * simulated[key]:>8.0f}us "
+                      f"{1e6 * measured:>8.0f}us {100 * error:>+7.1f}%")
+    print(f"median |error| {100 * statistics.median(errors):.1f} %, max {100 * max(errors):.1f} %, "
+          f"within 10 %: {sum(e <= 0.10 for e in errors)}/{len(errors)}")
+
+
+if __name__ == "__main__":
+    main()

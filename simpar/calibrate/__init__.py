@@ -61,7 +61,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
     alone = launch(compute_worker, 1, (MODELS, BATCHES, precision, repeats), timeout=timeout)[0]
     host = launch(host_worker, 1, (OPTIMIZER_PARAMS, repeats), timeout=timeout)[0]
     compute = {phase: fit_unit_costs(alone, phase) for phase in ("fwd", "bwd")}
-    alone = launch(burst_worker, 1, (repeats,), timeout=timeout)[0]
+    burst_alone = launch(burst_worker, 1, (repeats,), timeout=timeout)[0]
     slowdown, ring, wake, resume, shared = {"1": 1.0}, {}, {}, {}, {}
     for world in worlds:
         say(f"{world} ranks at once: compute and ring steps")
@@ -69,9 +69,9 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
         # k ranks computing at once, as a data-parallel step's all do, slow each other (the cores, memory
         # bandwidth and caches are shared); a unit computed right after a call takes longer still: resume
         together = launch(burst_worker, world, (repeats,), timeout=timeout)[0]["together"]
-        slowdown[str(world)] = together / alone["together"]
+        slowdown[str(world)] = max(together / burst_alone["together"], 1.0)  # below 1: noise, not sharing
         inside = statistics.fmean(t for r in ranks for t in r["pattern"]["compute"])
-        resume[str(world)] = max(inside - alone["each"] * slowdown[str(world)], 0.0)
+        resume[str(world)] = max(inside - burst_alone["each"] * slowdown[str(world)], 0.0)
         gathers = [statistics.median(r["ring"][i]["seconds"] for r in ranks) for i in range(len(RING_SIZES))]
         # back to back, an all-gather of S bytes is k - 1 ring steps of S / k bytes: one step's latency and
         # bandwidth with nothing before it, kept to show what the step's pattern adds (README, calibration)
@@ -80,7 +80,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
         rows = pattern_rows(ranks, world)
         wake[str(world)], step_alpha, bandwidth = fit_collective_costs(rows)
         ring[str(world)] = [step_alpha, bandwidth]
-        shared[str(world)] = {"ring_seconds": steps, "pattern": rows, "pattern_compute": inside, "alone_compute": alone,
+        shared[str(world)] = {"ring_seconds": steps, "pattern": rows, "pattern_compute": inside, "burst_together": together,
                               "back_to_back": [alpha, 1.0 / seconds_per_byte if seconds_per_byte else 1e12]}
     rates = {}
     for name in ("adam", "sgd"):
@@ -88,10 +88,11 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
         _, seconds_per_param = fit_line([s["params"] for s in rows], [s["seconds"] for s in rows])
         rates[name] = 1.0 / seconds_per_param if seconds_per_param else 1e10
     _, seconds_per_byte = fit_line([c["bytes"] for c in host["copies"]], [c["seconds"] for c in host["copies"]])
-    return HardwareProfile(machine=machine_id(), compute={precision: compute}, slowdown=slowdown, ring=ring, wake=wake, resume=resume,
-                           optimizer_params_per_s=rates,
+    return HardwareProfile(machine=machine_id(), compute={precision: compute}, slowdown=slowdown, ring=ring,
+                           wake=wake, resume=resume, optimizer_params_per_s=rates,
                            copy_bytes_per_s=1.0 / seconds_per_byte if seconds_per_byte else 1e11,
-                           samples={"compute": alone, "host": host, "shared": shared, "ring_sizes": RING_SIZES})
+                           samples={"compute": alone, "burst_alone": burst_alone, "host": host, "shared": shared,
+                                    "ring_sizes": RING_SIZES})
 
 
 def calibrate_gpu(preset: str | None = None, timeout: float = 600.0, progress=None):

@@ -4,8 +4,8 @@ benchmark at the same time, so running k ranks measures what k ranks sharing the
 Nothing here runs a distributed strategy: compute is timed unit by unit (embedding, layer, head,
 forward and backward) by the executor's own step on one rank, communication with the executor's
 own ring code (back to back, and in the pattern a step uses: a unit's compute, then the
-collectives), the optimizer step and memory copies on bare tensors. ``simpar validate`` then judges the fitted
-profile on whole strategies the fit never saw.
+collectives), the optimizer step and memory copies on bare tensors. ``simpar validate`` then
+judges the fitted profile on whole strategies the fit never saw.
 """
 
 from __future__ import annotations
@@ -120,16 +120,19 @@ def host_worker(ctx, params: list[int], repeats: int) -> dict:
     return {"steps": steps, "copies": copies}
 
 
+PATTERN_OPS = ("allgather", "allreduce")
+SERIES = 4  # calls in a row after one unit's compute (and 1): ZeRO-3 gathers a layer's modules so
+
+
 def pattern_worker(ctx, sizes: list[int], repeats: int, rounds: int = 5) -> dict:
-    """Collectives as a step meets them: one unit's compute (``_unit_burst``), then ``m`` of the executor's ring
-    all-gathers or all-reduces in a row (m = 1 and ``SERIES``, as ZeRO-3 gathers a layer's modules
-    one after another), every rank at once, repeated. Each loop is timed between two barriers,
+    """Collectives as a step meets them: one unit's compute (``_unit_burst``), then ``m`` of the
+    executor's ring all-gathers or all-reduces in a row (m = 1 and ``SERIES``), every rank at
+    once, repeated. Each loop is timed between two barriers,
     against the same loop without the collectives: the difference per repetition is everything the
     step pays for its m calls, the wait for a peer still computing and the wake-up of a blocked
     receive included. {"base": [s per compute alone, per round], "<op><bytes>x<m>": [s per
     compute + m calls, per round], "compute": [s of each compute burst that followed a call]}: the
-    last, against ``burst_worker`` on one rank, is how much slower a unit computes inside a step
-    (the cores shared, and whatever a blocked receive leaves behind)."""
+    last, against ``burst_worker``, is what a unit computed right after a call pays more (resume)."""
     comm, group, n = CountingComm(ctx.rank), list(range(ctx.world)), ctx.world
     unit = _unit_burst()
     reps = max(4, 4 * repeats // n)  # more ranks than cores make every call slower: fewer of them
@@ -162,9 +165,6 @@ def pattern_worker(ctx, sizes: list[int], repeats: int, rounds: int = 5) -> dict
     return out
 
 
-SERIES = 4
-
-
 def _unit_burst():
     """The compute of ``pattern_worker``: a tiny-deep layer's forward and backward at micro-batch 2
     (what a step computes per unit; a short no-grad forward alone reads a larger slowdown, 1.7x
@@ -192,7 +192,6 @@ def burst_worker(ctx, repeats: int) -> dict:
         unit()
         seconds.append(time.perf_counter() - start)
     return {"each": statistics.fmean(seconds[3:]), "together": _timed(unit, repeats)}
-PATTERN_OPS = ("allgather", "allreduce")
 
 
 def ring_steps(op: str, world: int) -> int:

@@ -4,13 +4,13 @@ simulator prices a Plan with, saved as JSON and turned back into a topology.
 Fits: a unit's forward or backward takes ``overhead[kind] + flops / rate`` (per phase, least
 squares; the overhead is the framework's per-op cost, which dominates small models on a CPU, and
 depends on how many kernels the unit launches: an embedding few, a transformer layer dozens); a
-collective of k ring steps
-moving s bytes each costs ``k (alpha + s / bandwidth)``, and the first one after computing
-``wake`` more, all fitted to the executor's own ring code run as a step runs it: a unit's compute,
-then one or several calls in a row (per world size: more ranks than cores slow every message);
-``wake`` is the wait for a peer still computing and the wake-up of a blocked receive, and
-``resume`` what the first compute after a call pays more (README, calibration); k ranks computing at once take ``slowdown[k]`` times as long as one (the
-cores are shared); the optimizer updates ``params_per_s``; a copy moves ``copy_bytes_per_s``.
+collective of k ring steps moving s bytes each costs ``k (alpha + s / bandwidth)``, and the first
+one after computing ``wake`` more, fitted to the executor's own ring code run as a step runs it
+(a unit's compute, then one or several calls in a row; per world size: more ranks than cores slow
+every message); ``wake`` is the wait for a peer still computing and the wake-up of a blocked
+receive, ``resume`` what the first compute after a call pays more (docs/calibration.md); k ranks
+computing at once take ``slowdown[k]`` times as long as one (the cores are shared); the optimizer
+updates ``params_per_s``; a copy moves ``copy_bytes_per_s``.
 """
 
 from __future__ import annotations

@@ -72,8 +72,8 @@ def run(args) -> int:
     for world in sorted(int(k) for k in profile.ring):
         alpha, bandwidth = profile.ring[str(world)]
         back = profile.samples.get("shared", {}).get(str(world), {}).get("back_to_back", [float("nan")])[0]
-        print(f"  {world:>5}   {profile.slowdown[str(world)]:>14.2f}x   {'+' + units.human_time(profile.resume_cost(world)):>26}"
-              f"   {units.human_time(alpha):>19}"
+        resume = "+" + units.human_time(profile.resume_cost(world))
+        print(f"  {world:>5}   {profile.slowdown[str(world)]:>14.2f}x   {resume:>26}   {units.human_time(alpha):>19}"
               f"   {units.human_rate(bandwidth):>9}   {'+' + units.human_time(profile.wake_cost(world)):>26}"
               f"   {units.human_time(back):>24}")
     return 0

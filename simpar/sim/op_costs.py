@@ -24,8 +24,8 @@ class OpCosts:
         self.flops_rate = gpu.flops(dtype)
         self.kernel_pricer = KernelPricer(scenario, gpu) if gpu.kernels is not None else None
         self._machines = self._machine_nodes()
-        self.after_compute, self.after_network = self._turns() if (topology.wake_latency or topology.resume_latency) \
-            else (frozenset(), frozenset())
+        turns = topology.wake_latency or topology.resume_latency
+        self.after_compute, self.after_network = self._turns() if turns else (frozenset(), frozenset())
 
     def _turns(self) -> tuple[frozenset, frozenset]:
         """(program, op id) of every collective and send that comes right after computing, and of every

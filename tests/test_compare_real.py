@@ -53,8 +53,10 @@ def test_ctrl_c_stops_the_run_and_leaves_no_rank_behind(whole_group):
     a SIGINT to simpar alone must still take its ranks down."""
     command = [sys.executable, "-m", "simpar", "run", "--strategy", "ddp", "--gpus", "4", "--steps", "1000",
                "--compare-real"]
+    # as from a terminal: a suite started in the background (``cmd &`` in a script) ignores SIGINT, and its
+    # children would inherit that, as Unix programs should
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 60
     ranks: set[int] = set()
     while len(ranks) < 4 and time.monotonic() < deadline:  # wait until the ranks are up

@@ -24,19 +24,15 @@ from simpar.sim import simulate
 from simpar.strategies import build_plan
 
 
-def unit_kind(op, layers: int) -> str:
-    return "embedding" if op.unit == 0 else "head" if op.unit == layers + 1 else "layer"
-
-
-def per_unit(timelines: list[dict], plan, layers: int) -> dict[tuple[str, str], float]:
+def per_unit(timelines: list[dict], plan, spec) -> dict[tuple[str, str], float]:
     """Mean seconds per (unit kind, phase) over every rank's timeline."""
     seconds = defaultdict(list)
     for timeline in timelines:
-        ops = plan.programs[0].ops if len(plan.programs) == 1 else None
+        ops = plan.program_of(timeline["ranks"][0]).ops
         for entry in timeline["ops"]:
-            op = (ops or plan.program_of(timeline["ranks"][0]).ops)[entry["op"]]
+            op = ops[entry["op"]]
             if getattr(op, "phase", None) in ("fwd", "bwd"):
-                seconds[(unit_kind(op, layers), op.phase)].append(entry["end"] - entry["start"])
+                seconds[(spec.unit_kind(op.unit), op.phase)].append(entry["end"] - entry["start"])
     return {key: statistics.fmean(values) for key, values in seconds.items()}
 
 
@@ -63,8 +59,8 @@ def main() -> None:
             scenario = make_scenario(spec, "ddp", args.gpus, micro_batch=b, precision="fp32", topology="cpu-host")
             plan = build_plan(scenario)
             sim = simulate(scenario, topology=profile.topology(args.gpus, "fp32"), serial=True).to_json(ops=True)
-            simulated = per_unit(sim["op_timeline"], plan, spec.layers)
-            runs = [per_unit(run_real(scenario, 6, timeout=600)["op_timeline"], plan, spec.layers)
+            simulated = per_unit(sim["op_timeline"], plan, spec)
+            runs = [per_unit(run_real(scenario, 6, timeout=600)["op_timeline"], plan, spec)
                     for _ in range(args.repeats)]
             for key in sorted(simulated):
                 measured = statistics.median(run[key] for run in runs)

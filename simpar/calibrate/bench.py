@@ -65,7 +65,6 @@ def compute_worker(ctx, models: list[str], batches: list[int], precision: str, r
             scenario = make_scenario(spec, "ddp", 1, micro_batch=b, precision=precision, topology="cpu-host")
             executor = RankExecutor(ctx, scenario, seed=ctx.rank)
             ops, work = executor.program.ops, Work(scenario)
-            kinds = {0: "embedding", work.num_units - 1: "head"}
             seconds: dict[tuple[str, str], list[float]] = {}
             try:
                 for step in range(repeats + 2):
@@ -73,7 +72,7 @@ def compute_worker(ctx, models: list[str], batches: list[int], precision: str, r
                     for entry in executor.recorder.timeline if step >= 2 else ():
                         op = ops[entry["op"]]
                         if getattr(op, "phase", None) in ("fwd", "bwd"):
-                            key = (kinds.get(op.unit, "layer"), op.phase)
+                            key = (spec.unit_kind(op.unit), op.phase)
                             seconds.setdefault(key, []).append(entry["end"] - entry["start"])
             finally:
                 executor.states.close()

@@ -93,6 +93,10 @@ class ModelSpec:
     def final_norm_params(self) -> int:
         return self._norm_params()
 
+    def unit_kind(self, unit: int) -> str:
+        """embedding (unit 0), layer, or head (the last unit, layers + 1)."""
+        return "embedding" if unit == 0 else "head" if unit == self.layers + 1 else "layer"
+
     def unit_modules(self, kind: str) -> tuple[tuple[str, int], ...]:
         """(name, parameters) of each parameterised module of a unit (kind embedding, layer or head),
         in registration order (simpar.real.model's): what a framework that gathers ZeRO-3 parameters

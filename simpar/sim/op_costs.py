@@ -67,7 +67,7 @@ class OpCosts:
             machine = self._machines[self.topology.machine(self.topology.gpus[prog.ranks[0]])]
             host = self.topology.graph.nodes[self._host_node(machine, "host")]["spec"]
             return op.params * machine["ranks"] / host.adam_params_per_s  # the host's cores are shared
-        kind = "embedding" if op.unit == 0 else "head" if op.unit == self.scenario.model.layers + 1 else "layer"
+        kind = self.scenario.model.unit_kind(op.unit)
         if self.gpu.costs is not None:  # a calibrated profile: the framework's overhead, then the work
             overheads, rate = self.gpu.costs[op.phase]
             return overheads.get(kind, 0.0) + (op.params if op.phase == "step" else op.flops) / rate

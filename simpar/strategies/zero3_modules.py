@@ -26,9 +26,7 @@ from simpar.strategies.work import Work
 
 
 def unit_modules(scenario: Scenario, unit: int) -> tuple[tuple[str, int], ...]:
-    model = scenario.model
-    kind = "embedding" if unit == 0 else ("head" if unit == model.layers + 1 else "layer")
-    return model.unit_modules(kind)
+    return scenario.model.unit_modules(scenario.model.unit_kind(unit))
 
 
 def modules_used(scenario: Scenario, unit: int) -> list[tuple[int, int]]:

@@ -64,9 +64,11 @@ def test_profile_round_trips_and_prices_compute_as_overhead_plus_flops(tmp_path)
     device = topo.graph.nodes[topo.gpus[0]]["spec"]
     assert device.costs["fwd"] == ({"embedding": 20e-6, "layer": 100e-6, "head": 50e-6}, 50e9)
     assert device.costs["step"] == ({}, 1e8)
-    slower = profile.topology(4, "fp32").graph.nodes["gpu0"]["spec"].costs["fwd"]  # 4 ranks on 2 cores: 2x
-    assert slower == ({"embedding": 40e-6, "layer": 200e-6, "head": 100e-6}, 25e9)
+    four = profile.topology(4, "fp32")  # 4 ranks: priced alone, the cores shared as the ranks compute
+    assert four.graph.nodes["gpu0"]["spec"].costs["fwd"] == device.costs["fwd"]
+    assert four.core_slowdown == {1: 1.0, 2: 1.0, 4: 2.0}
     assert profile.compute_slowdown(8) == 4.0  # beyond the measured: shared in proportion
+    assert profile.compute_slowdown(3) == 1.5
     from simpar.sim.runner import Simulator
     from simpar.strategies import build_plan
 
@@ -76,6 +78,53 @@ def test_profile_round_trips_and_prices_compute_as_overhead_plus_flops(tmp_path)
     head = next(op for op in sim.plan.programs[0].ops if getattr(op, "phase", "") == "bwd" and op.unit == 3)
     assert sim.compute_time(sim.plan.programs[0], head) == pytest.approx(90e-6 + head.flops / 40e9)
     assert simulate(scenario, topology=topo).step_time_s > 0
+
+
+def test_the_cores_are_shared_by_the_ranks_computing_at_the_moment():
+    """Processor sharing, by hand: with 2 computing each takes 2x (the table). A (1 s of work) starts at
+    0, B (1 s) at 0.5: A alone to 0.5, both at half speed to 1.5 (A done), B alone for its last 0.5 s;
+    a job standing for 2 ranks counts as 2."""
+    import simpy
+
+    from simpar.sim.cores import SharedCores
+
+    env = simpy.Environment()
+    cores = SharedCores(env, {2: 2.0, 4: 3.0})
+    ends = {}
+
+    def job(name, start, work, ranks=1):
+        yield env.timeout(start)
+        yield cores.run(work, ranks)
+        ends[name] = env.now
+
+    for args in (("a", 0.0, 1.0), ("b", 0.5, 1.0), ("pair", 3.0, 1.0, 2), ("c", 3.0, 1.0)):
+        env.process(job(*args))
+    env.run()
+    assert ends["a"] == pytest.approx(1.5) and ends["b"] == pytest.approx(2.0)
+    assert ends["pair"] == pytest.approx(3.0 + 2.5) == ends["c"]  # 3 ranks at once: 2.5x (interpolated)
+
+
+def test_ranks_sharing_cores_price_a_data_parallel_step_as_all_computing_at_once_and_a_pipeline_less():
+    """DDP's ranks (one program) always compute together: processor sharing prices it exactly as every
+    compute slowed by the table at the world size; a pipeline's stages take turns, so it pays less
+    than that; and asking for the fast path gives the full simulation."""
+    profile = _profile()
+    for strategy, kwargs in (("ddp", {}), ("pp", {"microbatches": 8})):
+        scenario = make_scenario(model("tiny-deep"), strategy, 4, micro_batch=2, precision="fp32",
+                                 topology="cpu-host", **kwargs)
+        shared = profile.topology(4, "fp32")
+        constant = profile.topology(4, "fp32")
+        costs = constant.graph.nodes["gpu0"]["spec"].costs
+        for phase, (overheads, rate) in list(costs.items()):
+            costs[phase] = ({k: 2.0 * o for k, o in overheads.items()}, rate / 2.0)
+        constant.core_slowdown = None
+        priced = simulate(scenario, topology=shared, serial=True).step_time_s
+        at_once = simulate(scenario, topology=constant, serial=True).step_time_s
+        if strategy == "ddp":
+            assert priced == pytest.approx(at_once, rel=1e-9)
+        else:
+            assert priced < 0.9 * at_once
+        assert simulate(scenario, topology=shared, serial=True, fast=True).step_time_s == priced
 
 
 def test_a_ring_step_costs_the_fitted_latency_and_bandwidth():
@@ -88,20 +137,26 @@ def test_a_ring_step_costs_the_fitted_latency_and_bandwidth():
 
 
 def test_collective_costs_fit_a_wake_a_step_latency_and_a_bandwidth():
-    """A burst, then 1 or 4 calls in a row: the wake is paid once, every step its latency and bytes."""
+    """A burst, then 1 or 4 calls in a row: the wake is paid once (a collective's and a pipeline
+    handoff's their own), every step its latency and bytes."""
     from simpar.calibrate.profile import fit_collective_costs
 
-    rows = [{"calls": m, "steps": k, "step_bytes": b, "seconds": 1.2e-3 + m * k * (300e-6 + b / 2e9)}
-            for m in (1, 4) for k in (1, 2) for b in (2e3, 1.3e5, 1e6)]
-    assert fit_collective_costs(rows) == pytest.approx((1.2e-3, 300e-6, 2e9))
-    below = [dict(r, seconds=r["seconds"] - 1.5e-3) for r in rows]  # an intercept below zero: fixed at 0
-    wake, alpha, bandwidth = fit_collective_costs(below)
-    assert wake == 0.0 and alpha > 0 and bandwidth > 0
+    rows = [{"op": op, "calls": m, "steps": k, "step_bytes": b,
+             "seconds": (1.2e-3 if op == "allgather" else 0.4e-3) + m * k * (300e-6 + b / 2e9)}
+            for op, steps in (("allgather", (1, 2)), ("handoff", (1,))) for m in (1, 4) for k in steps
+            for b in (2e3, 1.3e5, 1e6)]
+    assert fit_collective_costs(rows) == pytest.approx((1.2e-3, 0.4e-3, 300e-6, 2e9))
+    collectives = [r for r in rows if r["op"] != "handoff"]  # no handoff measured: its wake is 0
+    assert fit_collective_costs(collectives) == pytest.approx((1.2e-3, 0.0, 300e-6, 2e9))
+    below = [dict(r, seconds=r["seconds"] - 1.5e-3) for r in collectives]  # an intercept below zero: fixed at 0
+    wake, handoff, alpha, bandwidth = fit_collective_costs(below)
+    assert wake == 0.0 == handoff and alpha > 0 and bandwidth > 0
 
 
 def _woken(world: int = 2):
     profile = _profile()
     profile.wake, profile.resume = {"2": 1.5e-3, "4": 0.0}, {"2": 2e-4, "4": 0.0}
+    profile.handoff = {"2": 0.4e-3, "4": 0.0}
     return profile.topology(world, "fp32")
 
 
@@ -127,6 +182,29 @@ def test_the_first_call_after_computing_pays_the_wake_and_the_first_compute_afte
     assert extra == pytest.approx(2 * 1.5e-3 + 2e-4, rel=1e-6)
 
 
+def test_a_pipeline_send_after_computing_pays_the_handoff_not_the_collective_wake():
+    """A handoff waits for one neighbour, a collective for its whole group: sends pay their own
+    latency. 1F1B on 2 stages (no collective in its plan): the collective's wake changes nothing,
+    the handoff's lengthens the step, and the fast path prices it as the full simulation does."""
+    from simpar.collectives import call_delay
+
+    scenario = make_scenario(model("tiny-deep"), "pp", 2, micro_batch=2, microbatches=4, precision="fp32",
+                             topology="cpu-host")
+
+    def step(wake: float, handoff: float, fast: bool = False) -> float:
+        profile = _profile()
+        profile.wake, profile.handoff = {"2": wake}, {"2": handoff}
+        return simulate(scenario, topology=profile.topology(2, "fp32"), fast=fast).step_time_s
+
+    profile = _profile()
+    profile.wake, profile.handoff = {"2": 1.5e-3}, {"2": 0.4e-3}
+    topo = profile.topology(2, "fp32")
+    assert call_delay(topo, True, handoff=True) == 0.4e-3 and call_delay(topo, True) == 1.5e-3
+    assert call_delay(topo, False, handoff=True) == 0.0
+    assert step(1.5e-3, 0.0) == step(0.0, 0.0)
+    assert step(0.0, 0.4e-3) > step(0.0, 0.0) + 0.4e-3  # at least one handoff on the critical path
+
+
 def test_calls_back_to_back_pay_no_wake_and_the_fast_path_prices_wakes_as_the_full_one():
     from simpar.sim.op_costs import OpCosts
     from simpar.strategies import build_plan
@@ -142,7 +220,10 @@ def test_calls_back_to_back_pay_no_wake_and_the_fast_path_prices_wakes_as_the_fu
             if type(op).__name__ in ("Collective", "Send"):
                 assert costs.wakes(0, op) == (type(before).__name__ in ("Compute", "Copy"))
         if strategy != "zero3":  # (the fast path leaves ZeRO-3's overlapping allocations to the full one)
-            full, fast = simulate(scenario, topology=topo), simulate(scenario, topology=_woken(), fast=True)
+            topo.core_slowdown = None  # (with ranks sharing cores the fast path is the full one)
+            other = _woken()
+            other.core_slowdown = None
+            full, fast = simulate(scenario, topology=topo), simulate(scenario, topology=other, fast=True)
             assert fast.step_time_s == pytest.approx(full.step_time_s, rel=1e-9), strategy
 
 
@@ -175,7 +256,8 @@ def test_calibrate_then_validate_end_to_end(tmp_path, cli):
     data = json.loads(profile.read_text())
     assert set(data["ring"]) == set(data["wake"]) == set(data["resume"]) == {"2"}
     assert all(v >= 0 for v in (data["wake"]["2"], data["resume"]["2"], *data["ring"]["2"]))
-    assert len(data["samples"]["shared"]["2"]["pattern"]) == 12  # 2 ops x 3 sizes x (1 call, 4 in a row)
+    assert set(data["handoff"]) == {"2"} and data["handoff"]["2"] >= 0
+    assert len(data["samples"]["shared"]["2"]["pattern"]) == 18  # 3 ops x 3 sizes x (1 call, 4 in a row)
     for phase in ("fwd", "bwd"):  # overheads per unit kind (never negative) and a FLOP rate
         fit = data["compute"]["fp32"][phase]
         assert len(fit) == 4 and all(math.isfinite(v) and v >= 0 for v in fit) and fit[-1] > 0

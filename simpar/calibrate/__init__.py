@@ -48,7 +48,7 @@ def pattern_rows(ranks: list[dict], world: int) -> list[dict]:
     timings = ranks[0]["pattern"]
     base = statistics.median(timings["base"])
     return [{"op": op, "bytes": size, "calls": calls, "steps": ring_steps(op, world),
-             "step_bytes": max(size // 4, world) * 4 / world,
+             "step_bytes": max(size // 4, world) * 4 / (1 if op == "handoff" else world),
              "seconds": max(statistics.median(timings[f"{op}{size}x{calls}"]) - base, 0.0)}
             for op in PATTERN_OPS for size in PATTERN_SIZES for calls in (1, SERIES)]
 
@@ -62,7 +62,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
     host = launch(host_worker, 1, (OPTIMIZER_PARAMS, repeats), timeout=timeout)[0]
     compute = {phase: fit_unit_costs(alone, phase) for phase in ("fwd", "bwd")}
     burst_alone = launch(burst_worker, 1, (repeats,), timeout=timeout)[0]
-    slowdown, ring, wake, resume, shared = {"1": 1.0}, {}, {}, {}, {}
+    slowdown, ring, wake, handoff, resume, shared = {"1": 1.0}, {}, {}, {}, {}, {}
     for world in worlds:
         say(f"{world} ranks at once: compute and ring steps")
         ranks = launch(_both, world, (precision, repeats), timeout=timeout)
@@ -78,7 +78,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
         steps = [t / (world - 1) for t in gathers]
         alpha, seconds_per_byte = fit_line([row["bytes"] / world for row in ranks[0]["ring"]], steps)
         rows = pattern_rows(ranks, world)
-        wake[str(world)], step_alpha, bandwidth = fit_collective_costs(rows)
+        wake[str(world)], handoff[str(world)], step_alpha, bandwidth = fit_collective_costs(rows)
         ring[str(world)] = [step_alpha, bandwidth]
         shared[str(world)] = {"ring_seconds": steps, "pattern": rows, "pattern_compute": inside, "burst_together": together,
                               "back_to_back": [alpha, 1.0 / seconds_per_byte if seconds_per_byte else 1e12]}
@@ -89,7 +89,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
         rates[name] = 1.0 / seconds_per_param if seconds_per_param else 1e10
     _, seconds_per_byte = fit_line([c["bytes"] for c in host["copies"]], [c["seconds"] for c in host["copies"]])
     return HardwareProfile(machine=machine_id(), compute={precision: compute}, slowdown=slowdown, ring=ring,
-                           wake=wake, resume=resume, optimizer_params_per_s=rates,
+                           wake=wake, handoff=handoff, resume=resume, optimizer_params_per_s=rates,
                            copy_bytes_per_s=1.0 / seconds_per_byte if seconds_per_byte else 1e11,
                            samples={"compute": alone, "burst_alone": burst_alone, "host": host, "shared": shared,
                                     "ring_sizes": RING_SIZES})

@@ -119,7 +119,7 @@ def host_worker(ctx, params: list[int], repeats: int) -> dict:
     return {"steps": steps, "copies": copies}
 
 
-PATTERN_OPS = ("allgather", "allreduce")
+PATTERN_OPS = ("allgather", "allreduce", "handoff")  # handoff: a pipeline stage's send on, receive from behind
 SERIES = 4  # calls in a row after one unit's compute (and 1): ZeRO-3 gathers a layer's modules so
 
 
@@ -157,11 +157,20 @@ def pattern_worker(ctx, sizes: list[int], repeats: int, rounds: int = 5) -> dict
             numel = max(size // 4, n)
             flat = torch.zeros(numel)
             mine = torch.tensor_split(flat, n)[ctx.rank]
-            call = ((lambda: comm.ring_all_gather(mine, numel, group)) if op == "allgather"
-                    else (lambda: comm.ring_all_reduce(flat, group)))
+            call = {"allgather": lambda: comm.ring_all_gather(mine, numel, group),
+                    "allreduce": lambda: comm.ring_all_reduce(flat, group),
+                    "handoff": lambda: _handoff(comm, flat, ctx.rank, n)}[op]
             for calls in (1, SERIES):
                 out[f"{op}{size}x{calls}"] = [loop(call, calls) for _ in range(rounds)]
     return out
+
+
+def _handoff(comm: CountingComm, tensor: torch.Tensor, rank: int, world: int) -> None:
+    """What a pipeline stage does between two computes: ``isend`` on to the next rank (the executor's
+    own call, waited on later), a blocking receive from the one behind."""
+    request = comm.isend(tensor, (rank + 1) % world)
+    comm.recv(torch.empty_like(tensor), (rank - 1) % world)
+    request.wait()
 
 
 def _unit_burst():
@@ -194,5 +203,8 @@ def burst_worker(ctx, repeats: int) -> dict:
 
 
 def ring_steps(op: str, world: int) -> int:
-    """Ring steps of one call: an all-gather k - 1, an all-reduce (reduce-scatter + all-gather) 2(k - 1)."""
+    """Ring steps of one call: an all-gather k - 1, an all-reduce (reduce-scatter + all-gather) 2(k - 1),
+    a handoff one."""
+    if op == "handoff":
+        return 1
     return (world - 1) * (2 if op == "allreduce" else 1)

@@ -8,7 +8,8 @@ collective of k ring steps moving s bytes each costs ``k (alpha + s / bandwidth)
 one after computing ``wake`` more, fitted to the executor's own ring code run as a step runs it
 (a unit's compute, then one or several calls in a row; per world size: more ranks than cores slow
 every message); ``wake`` is the wait for a peer still computing and the wake-up of a blocked
-receive, ``resume`` what the first compute after a call pays more (docs/calibration.md); k ranks
+receive (``handoff``: the same for a pipeline send, which waits for one neighbour, not a group),
+``resume`` what the first compute after a call pays more (docs/calibration.md); k ranks
 computing at once take ``slowdown[k]`` times as long as one (the cores are shared); the optimizer
 updates ``params_per_s``; a copy moves ``copy_bytes_per_s``.
 """
@@ -27,12 +28,13 @@ import torch
 from simpar.devices.specs import GPUSpec, HostSpec
 from simpar.errors import SimparError
 from simpar.real.cpu_profile import rank_processes
+from simpar.sim.cores import slowdown_at
 from simpar.topologies.graph import Topology
 
 if TYPE_CHECKING:
     from simpar.calibrate.gpu_profile import GPUProfile
 
-VERSION = 3
+VERSION = 4
 UNIT_KINDS = ("embedding", "layer", "head")
 
 
@@ -70,24 +72,27 @@ def fit_unit_costs(rows: list[dict], phase: str) -> list[float]:
     return [float(c) for c in coefficients[:-1]] + [1.0 / per_flop]
 
 
-def fit_collective_costs(rows: list[dict]) -> tuple[float, float, float]:
-    """(wake seconds, per-step seconds, bytes/s) of ``seconds = wake + calls x steps (alpha + step_bytes
-    / bandwidth)`` (a compute burst, then ``calls`` collectives of ``steps`` ring steps in a row) fitted
-    to ``rows`` by least squares; a term that fits below zero (noise) is fixed at zero and the
-    others refitted."""
-    design = np.array([[1.0, r.get("calls", 1) * r["steps"], r.get("calls", 1) * r["steps"] * r["step_bytes"]]
-                       for r in rows])
+def fit_collective_costs(rows: list[dict]) -> tuple[float, float, float, float]:
+    """(wake seconds, handoff wake seconds, per-step seconds, bytes/s) of ``seconds = wake[op] + calls x
+    steps (alpha + step_bytes / bandwidth)`` (a compute burst, then ``calls`` collectives of ``steps``
+    ring steps in a row, or ``calls`` pipeline handoffs of one step each) fitted to ``rows`` by least
+    squares: one step latency and bandwidth for both (a handoff is one exchange with a neighbour, as a
+    ring step is), a wake of their own (a collective's first call waits for the slowest of its whole
+    group to finish computing, a handoff for one neighbour). A term that fits below zero (noise) is
+    fixed at zero and the others refitted; a handoff wake without handoff rows is 0."""
+    design = np.array([[float(r["op"] != "handoff"), float(r["op"] == "handoff"), r.get("calls", 1) * r["steps"],
+                        r.get("calls", 1) * r["steps"] * r["step_bytes"]] for r in rows])
     seconds = np.array([r["seconds"] for r in rows])
-    free = [0, 1, 2]
+    free = [i for i in range(4) if design[:, i].any()]
     while True:
-        coefficients = np.zeros(3)
+        coefficients = np.zeros(4)
         coefficients[free] = np.linalg.lstsq(design[:, free], seconds, rcond=None)[0]
         negative = [i for i in free if coefficients[i] < 0]
         if not negative:
             break
         free.remove(min(negative, key=lambda i: coefficients[i]))
-    wake, alpha, per_byte = (float(c) for c in coefficients)
-    return wake, alpha, 1.0 / per_byte if per_byte > 0 else 1e12
+    wake, handoff, alpha, per_byte = (float(c) for c in coefficients)
+    return wake, handoff, alpha, 1.0 / per_byte if per_byte > 0 else 1e12
 
 
 def machine_id() -> dict:
@@ -107,6 +112,7 @@ class HardwareProfile:
     version: int = VERSION
     wake: dict[str, float] = field(default_factory=dict)  # world -> seconds the first call after computing pays
     resume: dict[str, float] = field(default_factory=dict)  # world -> seconds the first compute after a call pays
+    handoff: dict[str, float] = field(default_factory=dict)  # world -> seconds a pipeline send after computing pays
 
     # -- persistence ----------------------------------------------------------------------------
     def save(self, path: str) -> None:
@@ -141,10 +147,8 @@ class HardwareProfile:
         return table[str(best)]
 
     def compute_slowdown(self, world: int) -> float:
-        keys = sorted(int(k) for k in self.slowdown)
-        if world > keys[-1]:  # beyond what was measured: the cores are shared in proportion
-            return self.slowdown[str(keys[-1])] * world / keys[-1]
-        return float(np.interp(world, keys, [self.slowdown[str(k)] for k in keys]))
+        """How much slower each of ``world`` ranks computing at once is than one alone."""
+        return slowdown_at({int(k): v for k, v in self.slowdown.items()}, world)
 
     def ring_step(self, world: int) -> tuple[float, float]:
         alpha, bandwidth = self._nearest(self.ring, world)
@@ -152,6 +156,9 @@ class HardwareProfile:
 
     def wake_cost(self, world: int) -> float:
         return float(self._nearest(self.wake, world)) if self.wake else 0.0
+
+    def handoff_cost(self, world: int) -> float:
+        return float(self._nearest(self.handoff, world)) if self.handoff else 0.0
 
     def resume_cost(self, world: int) -> float:
         return float(self._nearest(self.resume, world)) if self.resume else 0.0
@@ -162,18 +169,22 @@ class HardwareProfile:
         if precision not in self.compute:
             raise SimparError(f"--precision: the hardware profile was calibrated for "
                               f"{', '.join(self.compute)}, not {precision}; recalibrate with --precision")
+        # compute is priced as one rank alone: the simulator shares the cores among the ranks computing at
+        # each moment (sim/cores.py); copies, which it does not share, take the slowdown of all at once
         slow = self.compute_slowdown(world)
-        costs = {phase: ({k: o * slow for k, o in zip(UNIT_KINDS, fit[:-1])}, fit[-1] / slow)
+        costs = {phase: ({k: o for k, o in zip(UNIT_KINDS, fit[:-1])}, fit[-1])
                  for phase, fit in self.compute[precision].items()}
-        costs["step"] = ({}, self.optimizer_params_per_s.get("adam", 1e8) / slow)
+        costs["step"] = ({}, self.optimizer_params_per_s.get("adam", 1e8))
         rate = costs["fwd"][1]
         ram = 2**30 * 16
         device = GPUSpec("cpu-rank (calibrated)", rate, None, rate, rate, 1.0, ram, 1e12,
                          "simpar calibrate", costs=costs)
         host = HostSpec("cpu-host (calibrated)", 1, ram, self.copy_bytes_per_s, rate,
-                        self.optimizer_params_per_s.get("adam", 1e8) / slow, "simpar calibrate")
+                        self.optimizer_params_per_s.get("adam", 1e8), "simpar calibrate")
         alpha, bandwidth = self.ring_step(world)
         topology = rank_processes(world, device, host, alpha, bandwidth, self.copy_bytes_per_s / slow,
                                   f"{world} gloo processes on {self.machine['cores']} cores (calibrated)")
         topology.wake_latency, topology.resume_latency = self.wake_cost(world), self.resume_cost(world)
+        topology.handoff_latency = self.handoff_cost(world)
+        topology.core_slowdown = {int(k): float(v) for k, v in self.slowdown.items()}
         return topology

@@ -158,10 +158,13 @@ def protocol_for(topology: Topology, algo: str, phases: list[Phase]) -> nccl.Pro
                + sum(phase_latency(topology, p, phase) for phase in phases))
 
 
-def call_delay(topology: Topology, wakes: bool) -> float:
-    """Seconds a call pays before its transfers on a calibrated CPU-rank topology where it comes right
-    after computing (``wakes``); one that follows another call pays nothing more than its steps."""
-    return topology.wake_latency if wakes else 0.0
+def call_delay(topology: Topology, wakes: bool, handoff: bool = False) -> float:
+    """Seconds a call (``handoff``: a pipeline send) pays before its transfers on a calibrated CPU-rank
+    topology where it comes right after computing (``wakes``); one that follows another call pays
+    nothing more than its steps."""
+    if not wakes:
+        return 0.0
+    return topology.handoff_latency if handoff else topology.wake_latency
 
 
 def collective(network: Network, phases: list[Phase], tag: str = "", proto: nccl.Protocol | None = None,
@@ -191,7 +194,7 @@ def collective(network: Network, phases: list[Phase], tag: str = "", proto: nccl
 
 def point_to_point(network: Network, transfers: list[tuple], tag: str = "", wakes: bool = False) -> simpy.Event:
     """Sends between ranks (pipeline stages): one step each, after the topology's ``call_delay``."""
-    delay = call_delay(network.topology, wakes)
+    delay = call_delay(network.topology, wakes, handoff=True)
     if not delay:
         return network.transfer_all(transfers, tag)
 

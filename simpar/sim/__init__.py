@@ -61,7 +61,8 @@ def simulate(scenario: Scenario, topology: Topology | None = None, plan: Plan | 
     """Simulate one training step. Raises SimparError (naming rank and category) on OOM.
     ``serial`` prices each rank's ops one after another, as the reference executor runs them;
     ``record_links`` keeps every link's utilisation over time (and so simulates without replay);
-    ``fast`` prices every op at a fixed duration (sim/fast.py: no contention between overlapping ops)."""
+    ``fast`` prices every op at a fixed duration (sim/fast.py: no contention between overlapping ops), except
+    on CPU ranks sharing cores, whose compute times depend on how many compute at once (sim/cores.py)."""
     topology = topology or build_topology(scenario)
     plan = plan or build_plan(scenario)
     gpu = topology.graph.nodes[topology.gpus[0]]["spec"]
@@ -72,7 +73,7 @@ def simulate(scenario: Scenario, topology: Topology | None = None, plan: Plan | 
     # a bar on a terminal, for runs that take more than a couple of seconds (tqdm's delay)
     with tqdm(total=total, unit="op", desc="simulating", delay=2, disable=None if progress else True,
               leave=False) as bar:
-        if fast:
+        if fast and topology.core_slowdown is None:  # (ranks sharing cores: always the full simulation)
             sim = FastRun(plan, scenario, topology)
         else:
             sim = Simulator(plan, scenario, topology, replay=replay, serial=serial, record_links=record_links,

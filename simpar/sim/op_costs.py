@@ -24,7 +24,7 @@ class OpCosts:
         self.flops_rate = gpu.flops(dtype)
         self.kernel_pricer = KernelPricer(scenario, gpu) if gpu.kernels is not None else None
         self._machines = self._machine_nodes()
-        turns = topology.wake_latency or topology.resume_latency
+        turns = topology.wake_latency or topology.resume_latency or topology.handoff_latency
         self.after_compute, self.after_network = self._turns() if turns else (frozenset(), frozenset())
 
     def _turns(self) -> tuple[frozenset, frozenset]:

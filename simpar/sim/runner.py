@@ -2,7 +2,8 @@
 
 Compute is a roofline on the GPU (FLOPs at the achievable rate for the precision, or HBM bytes,
 whichever takes longer); the CPU's optimizer step runs at the host's Adam rate shared by the
-ranks on that machine; collectives expand through their algorithm into transfers on the shared
+ranks on that machine; the executor's CPU ranks share their machine's cores with whichever ranks
+compute at the same moment (sim/cores.py); collectives expand through their algorithm into transfers on the shared
 network; copies and pipeline sends are transfers between the rank's GPU, host memory and NVMe.
 
 Speed at 1,000+ GPUs: a Program stands for all its identical ranks, so each collective is issued
@@ -34,6 +35,7 @@ from simpar.plan import (
     Send,
 )
 from simpar.scenario import Scenario
+from simpar.sim.cores import SharedCores
 from simpar.sim.op_costs import OpCosts
 from simpar.sim.tracker import MemoryTracker
 from simpar.topologies.graph import Topology
@@ -70,6 +72,8 @@ class Simulator:
         self.network = Network(self.env, topology, record_utilisation=record_links)
         self.costs = OpCosts(plan, scenario, topology)
         self.compute_time, self._node = self.costs.compute_time, self.costs.node
+        # CPU ranks sharing a machine's cores: a compute's time depends on how many compute with it
+        self.cores = SharedCores(self.env, topology.core_slowdown) if topology.core_slowdown else None
         self.done = [[self.env.event() for _ in prog.ops] for prog in plan.programs]
         self.times: list[list[tuple[float, float, float] | None]] = [[None] * len(p.ops) for p in plan.programs]
         self.memory = [MemoryTracker() for _ in plan.programs]
@@ -136,7 +140,10 @@ class Simulator:
             self.memory[pi].apply(op, self.env.now)
             return None
         if isinstance(op, Compute):
-            return self.env.timeout(self.compute_time(prog, op) + self.costs.resume(pi, op))
+            seconds = self.compute_time(prog, op) + self.costs.resume(pi, op)
+            if self.cores is not None:
+                return self.cores.run(seconds, len(prog.ranks))
+            return self.env.timeout(seconds)
         if isinstance(op, Collective):
             return self._collective(pi, op)
         if isinstance(op, Send):

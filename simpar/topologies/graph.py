@@ -56,9 +56,13 @@ class Topology:
         # seconds a collective or send right after computing pays before its steps: the executor's gloo ranks
         # waiting for a peer still computing and waking from a blocked receive (a calibrated profile's wake)
         self.wake_latency = 0.0
+        self.handoff_latency = 0.0  # the same for a pipeline send: it waits for one neighbour, not a group
         # seconds a compute right after a collective, send or receive pays: a rank resuming after a blocked
         # receive computes slower for a while (a calibrated profile's resume; 0 elsewhere)
         self.resume_latency = 0.0
+        # CPU rank processes sharing a machine's cores: ranks computing at once -> how much slower each
+        # computes (a calibrated profile's slowdown; sim/cores.py); None: every device computes on its own
+        self.core_slowdown: dict[int, float] | None = None
         self.description = description
         self.graph = nx.Graph()
         self.gpus: list[str] = []  # index = rank

@@ -29,14 +29,19 @@ def case_scenario(strategy: str, gpus: int, precision: str):
                          precision=precision, topology="cpu-host")
 
 
-def run_case(profile, strategy: str, gpus: int, precision: str, steps: int, timeout: float,
-             repeats: int = 1) -> dict:
-    """One case: ``profile`` (a HardwareProfile) prices it, the executor runs it ``repeats`` times."""
-    from simpar.real.compare import comparison, run_real  # torch: only when a case runs
+def measure(strategy: str, gpus: int, precision: str, steps: int, timeout: float) -> dict:
+    """One real run of a case (the executor, ``steps`` steps)."""
+    from simpar.real.compare import run_real  # torch: only when a case runs
+
+    return run_real(case_scenario(strategy, gpus, precision), steps, timeout=timeout)
+
+
+def judge(profile, strategy: str, gpus: int, precision: str, runs: list[dict]) -> dict:
+    """One case: ``profile`` (a HardwareProfile) prices it; ``runs`` are its real runs, the median compared."""
+    from simpar.real.compare import comparison
 
     scenario = case_scenario(strategy, gpus, precision)
     sim = simulate(scenario, topology=profile.topology(gpus, precision), serial=True).to_json()
-    runs = [run_real(scenario, steps, timeout=timeout) for _ in range(repeats)]
     times = [r["step_time_s"] for r in runs]
     real = runs[times.index(sorted(times)[(len(times) - 1) // 2])]  # the median run (the lower one if even)
     c = comparison(sim, real)
@@ -47,6 +52,21 @@ def run_case(profile, strategy: str, gpus: int, precision: str, steps: int, time
             "error": c["step_time_s"]["error"], "bytes_exact": bytes_exact, "memory_exact": memory_exact,
             "real_runs_s": times, "spread": (max(times) - min(times)) / real["step_time_s"],
             "real_steps_s": real["ranks"][0]["step_times_s"]}
+
+
+def run_cases(profile, pairs: list[tuple[str, int]], precision: str, steps: int, timeout: float,
+              repeats: int = 1, progress=None) -> list[dict]:
+    """Every (strategy, ranks) case of ``pairs``, ``repeats`` real runs each, in rounds (every case once,
+    then every case again): this machine's speed drifts by tens of percent over minutes
+    (docs/calibration.md), and rounds spread a drift over every case instead of loading it on one.
+    ``progress()`` is called after each run."""
+    runs: dict = {pair: [] for pair in pairs}
+    for _ in range(repeats):
+        for pair in pairs:
+            runs[pair].append(measure(*pair, precision, steps, timeout))
+            if progress is not None:
+                progress()
+    return [judge(profile, *pair, precision, runs[pair]) for pair in pairs]
 
 
 def summary(cases: list[dict]) -> dict:

@@ -248,6 +248,19 @@ def test_bad_profiles_and_flags_are_one_line_errors(tmp_path, cli):
         assert result.returncode == 2 and message in result.stderr, result.stderr
 
 
+def test_validate_measures_in_rounds_and_judges_each_case_on_all_its_runs(monkeypatch):
+    """Every case once, then every case again: a drift of the machine's speed falls on all of them."""
+    import simpar.validate as validate
+
+    order = []
+    monkeypatch.setattr(validate, "measure", lambda *case: order.append(case[:2]) or {"step_time_s": len(order)})
+    monkeypatch.setattr(validate, "judge", lambda profile, strategy, gpus, precision, runs: (strategy, gpus, runs))
+    pairs = [("ddp", 2), ("tp", 4), ("pp", 8)]
+    judged = validate.run_cases(None, pairs, "fp32", 3, 60.0, repeats=2)
+    assert order == pairs + pairs
+    assert judged == [(s, g, [{"step_time_s": i + 1}, {"step_time_s": i + 4}]) for i, (s, g) in enumerate(pairs)]
+
+
 @pytest.mark.slow
 def test_calibrate_then_validate_end_to_end(tmp_path, cli):
     profile = tmp_path / "hw.json"

@@ -25,7 +25,8 @@ def register(sub) -> None:
                                       "first if there is none)")
     p.add_argument("--steps", default="6", help="training steps per case (the first is a warm-up; default 6)")
     p.add_argument("--repeats", default="1", help="real runs per case, their median compared (default 1; the "
-                                                   "spread between runs is reported)")
+                                                   "spread between runs is reported); taken in rounds, every "
+                                                   "case once per round")
     p.add_argument("--timeout", default="600", help="seconds before a hung case is aborted (default 600)")
     p.add_argument("--out", default="validation.md", help="markdown report; .csv and .png beside it")
     p.add_argument("--published", nargs="?", const="", metavar="FILE",
@@ -75,7 +76,7 @@ def run(args) -> int:
 
     from simpar.calibrate.profile import HardwareProfile
     from simpar.scenario import STRATEGY_NAMES
-    from simpar.validate import run_case, summary, write_report
+    from simpar.validate import run_cases, summary, write_report
 
     strategies = [s.strip().lower() for s in args.strategies.split(",") if s.strip()]
     for name in strategies:
@@ -87,10 +88,9 @@ def run(args) -> int:
     repeats = units.positive_int(args.repeats, "--repeats")
     profile_path = args.hardware or str(ensure_profile("fp32"))
     profile = HardwareProfile.load(profile_path)
-    cases = []
     pairs = [(s, g) for s in strategies for g in worlds]
-    for strategy, gpus in tqdm(pairs, desc="validating", unit="case", file=sys.stderr, disable=None):
-        cases.append(run_case(profile, strategy, gpus, "fp32", steps, timeout, repeats))
+    with tqdm(total=len(pairs) * repeats, desc="validating", unit="run", file=sys.stderr, disable=None) as bar:
+        cases = run_cases(profile, pairs, "fp32", steps, timeout, repeats, progress=bar.update)
     result = summary(cases)
     files = write_report(Path(args.out), profile_path, cases, result)
     if args.json and write_json({"summary": result, "cases": cases, "hardware": profile_path}, args.json):

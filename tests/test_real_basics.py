@@ -65,6 +65,23 @@ def test_p2p_collectives_are_right_and_send_the_simulated_bytes(world, algo, op)
     assert sum(r["received"] for r in results) == sum(measured)
 
 
+@pytest.mark.slow
+def test_a_coalesced_reduce_scatter_is_one_ring_with_the_same_sums_and_bytes_as_its_pieces_one_by_one():
+    """ZeRO-3's per-unit reduce-scatter of its modules' gradients (uneven pieces, one smaller than the
+    group): bit-identical to reducing each piece on its own, the same bytes, n - 1 exchanges instead
+    of n - 1 per piece."""
+    sizes = [7, 2, 12]
+    results = launch(probes.coalesced_worker, 3, (sizes,), timeout=60)
+    for result in results:
+        coalesced, one_by_one = result["coalesced"], result["one by one"]
+        assert torch.equal(coalesced["out"], one_by_one["out"])
+        assert coalesced["sent"] == one_by_one["sent"] > 0
+        assert (coalesced["exchanges"], one_by_one["exchanges"]) == (2, 2 * len(sizes))
+    full = [sum((r + 1) * torch.arange(n, dtype=torch.float32) / (i + 1) for r in range(3)) for i, n in enumerate(sizes)]
+    for rank, result in enumerate(results):
+        assert torch.allclose(result["coalesced"]["out"], torch.cat([f.tensor_split(3)[rank] for f in full]))
+
+
 def _children_of_this_process() -> list[int]:
     """Spawned rank processes still alive (or unreaped), from /proc. multiprocessing's shared
     resource tracker is a helper that outlives runs by design, so it is not counted."""

@@ -69,6 +69,23 @@ class CountingComm:
                 chunks[into] += incoming
         return chunks[i].clone()
 
+    def ring_reduce_scatter_coalesced(self, pieces: list[torch.Tensor], group: list[int]) -> torch.Tensor:
+        """Sum several tensors over the group in one ring (a coalesced call, as DeepSpeed's ZeRO-3 reduces
+        a layer's modules): each of the n - 1 steps sends every piece's chunk in one message, so the call
+        pays n - 1 exchanges, not n - 1 per piece. Returns this rank's chunk of each piece, concatenated
+        (the same sums, in the same order, as reducing the pieces one by one); the pieces are scratch."""
+        n, i = len(group), group.index(self.rank)
+        chunks = [list(torch.tensor_split(piece, n)) for piece in pieces]
+        right, left = group[(i + 1) % n], group[(i - 1) % n]
+        for k in range(n - 1):
+            out, into = (i - k - 1) % n, (i - k - 2) % n
+            sizes = [c[into].numel() for c in chunks]
+            incoming = torch.empty(sum(sizes), dtype=pieces[0].dtype, device=pieces[0].device)
+            self._exchange(torch.cat([c[out] for c in chunks]), right, incoming, left)
+            for c, part in zip(chunks, torch.split(incoming, sizes)):
+                c[into] += part
+        return torch.cat([c[i] for c in chunks])
+
     def ring_all_gather(self, mine: torch.Tensor, numel: int, group: list[int]) -> torch.Tensor:
         """Gather every rank's chunk (``mine`` is chunk i of a ``numel``-element tensor)."""
         n, i = len(group), group.index(self.rank)
@@ -133,6 +150,9 @@ class NativeComm(CountingComm):
     def ring_reduce_scatter(self, flat: torch.Tensor, group: list[int], op: str = "sum") -> torch.Tensor:
         reduced = self.ring_all_reduce(flat, group, op)
         return torch.tensor_split(reduced, len(group))[group.index(self.rank)].clone()
+
+    def ring_reduce_scatter_coalesced(self, pieces: list[torch.Tensor], group: list[int]) -> torch.Tensor:
+        return torch.cat([self.ring_reduce_scatter(piece, group) for piece in pieces])
 
     def ring_all_gather(self, mine: torch.Tensor, numel: int, group: list[int]) -> torch.Tensor:
         n = len(group)

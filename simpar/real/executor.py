@@ -285,8 +285,9 @@ class RankExecutor:
             states.unflatten(op.units, self._reduce(op, states.flat(op.units, "grad")) / n, "grad")
         elif op.op == "reducescatter" and op.payload == "grads":
             flat = states.flat(op.units, "grad")
-            if op.pieces:  # coalesced: each module's gradients reduce-scattered on their own, in one call
-                mine = torch.cat([self._reduce(op, piece) for piece in torch.split(flat, states.pieces(op.units))])
+            if op.pieces:  # coalesced: each module's gradients reduce-scattered on their own, in one ring
+                mine = self.comm.ring_reduce_scatter_coalesced(list(torch.split(flat, states.pieces(op.units))),
+                                                               self.group)
             else:
                 mine = self._reduce(op, flat)
             states.reduced(op.units, flat, mine / n)

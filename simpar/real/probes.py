@@ -27,6 +27,29 @@ def collective_worker(ctx, algo: str, op: str, numel: int, dtype: str = "float32
     return {"out": out, "sent": comm.sent, "received": comm.received}
 
 
+def coalesced_worker(ctx, sizes: list[int]) -> dict:
+    """Pieces of ``sizes`` elements (rank-dependent values) reduce-scattered in one coalesced ring and
+    one by one: both outputs, the bytes and the exchanges (point-to-point messages sent) of each."""
+    comm = CountingComm(ctx.rank)
+    group = list(range(ctx.world))
+    out = {}
+    for how in ("coalesced", "one by one"):
+        flat = torch.cat([(ctx.rank + 1) * torch.arange(n, dtype=torch.float32) / (i + 1)
+                          for i, n in enumerate(sizes)])
+        pieces = list(torch.split(flat, sizes))
+        sends, exchange = [0], comm._exchange
+        comm._exchange = lambda *a: (sends.__setitem__(0, sends[0] + 1), exchange(*a))
+        before = comm.sent
+        with ctx.op(f"{how} reduce-scatter of {sizes}"):
+            if how == "coalesced":
+                result = comm.ring_reduce_scatter_coalesced(pieces, group)
+            else:
+                result = torch.cat([comm.ring_reduce_scatter(piece, group) for piece in pieces])
+        comm._exchange = exchange
+        out[how] = {"out": result, "sent": comm.sent - before, "exchanges": sends[0]}
+    return out
+
+
 def failing_worker(ctx, bad_rank: int) -> int:
     with ctx.op("forward of unit 1"):
         if ctx.rank == bad_rank:

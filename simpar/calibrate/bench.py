@@ -199,7 +199,9 @@ def burst_worker(ctx, repeats: int) -> dict:
         start = time.perf_counter()
         unit()
         seconds.append(time.perf_counter() - start)
-    return {"each": statistics.fmean(seconds[3:]), "together": _timed(unit, repeats)}
+    # rounds long against the closing barrier's own cost, which at 8 ranks on 2 cores is milliseconds and
+    # noisy: with 10 bursts a round, slowdowns of 3.0x-6.3x at 8 ranks came out of calibrations an hour apart
+    return {"each": statistics.fmean(seconds[3:]), "together": _timed(unit, 4 * repeats * ctx.world)}
 
 
 def ring_steps(op: str, world: int) -> int:

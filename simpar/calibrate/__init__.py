@@ -46,10 +46,9 @@ def pattern_rows(ranks: list[dict], world: int) -> list[dict]:
     """Per op, size and number of calls in a row: ring steps, bytes per step, and seconds beyond the
     compute (the median round of rank 0: the barriers make every rank's loop equally long)."""
     timings = ranks[0]["pattern"]
-    base = statistics.median(timings["base"])
     return [{"op": op, "bytes": size, "calls": calls, "steps": ring_steps(op, world),
              "step_bytes": max(size // 4, world) * 4 / (1 if op == "handoff" else world),
-             "seconds": max(statistics.median(timings[f"{op}{size}x{calls}"]) - base, 0.0)}
+             "seconds": max(statistics.median(timings[f"{op}{size}x{calls}"]), 0.0)}
             for op in PATTERN_OPS for size in PATTERN_SIZES for calls in (1, SERIES)]
 
 

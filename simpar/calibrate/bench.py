@@ -126,12 +126,14 @@ SERIES = 4  # calls in a row after one unit's compute (and 1): ZeRO-3 gathers a 
 def pattern_worker(ctx, sizes: list[int], repeats: int, rounds: int = 5) -> dict:
     """Collectives as a step meets them: one unit's compute (``_unit_burst``), then ``m`` of the
     executor's ring all-gathers or all-reduces in a row (m = 1 and ``SERIES``), every rank at
-    once, repeated. Each loop is timed between two barriers,
-    against the same loop without the collectives: the difference per repetition is everything the
-    step pays for its m calls, the wait for a peer still computing and the wake-up of a blocked
-    receive included. {"base": [s per compute alone, per round], "<op><bytes>x<m>": [s per
-    compute + m calls, per round], "compute": [s of each compute burst that followed a call]}: the
-    last, against ``burst_worker``, is what a unit computed right after a call pays more (resume)."""
+    once, repeated. Each loop is timed between two barriers, right after the same loop without the
+    collectives (this machine's speed drifts by tens of percent over a minute, so each round is
+    measured against its own neighbour, not against a base taken minutes before): the difference per
+    repetition is everything the step pays for its m calls, the wait for a peer still computing and
+    the wake-up of a blocked receive included. {"base": [s per compute alone, every round],
+    "<op><bytes>x<m>": [s of m calls beyond the compute, per round], "compute": [s of each compute
+    burst that followed a call]}: the last, against ``burst_worker``, is what a unit computed right
+    after a call pays more (resume)."""
     comm, group, n = CountingComm(ctx.rank), list(range(ctx.world)), ctx.world
     unit = _unit_burst()
     reps = max(4, 4 * repeats // n)  # more ranks than cores make every call slower: fewer of them
@@ -151,7 +153,13 @@ def pattern_worker(ctx, sizes: list[int], repeats: int, rounds: int = 5) -> dict
         dist.barrier()
         return (time.perf_counter() - start) / reps
 
-    out = {"base": [loop(lambda: None, 0) for _ in range(rounds)], "compute": bursts}
+    out = {"base": [], "compute": bursts}
+
+    def beyond_compute(collective, calls: int) -> float:
+        out["base"].append(loop(lambda: None, 0))
+        return loop(collective, calls) - out["base"][-1]
+
+    loop(lambda: None, 0)  # warm-up
     for op in PATTERN_OPS:
         for size in sizes:
             numel = max(size // 4, n)
@@ -161,7 +169,7 @@ def pattern_worker(ctx, sizes: list[int], repeats: int, rounds: int = 5) -> dict
                     "allreduce": lambda: comm.ring_all_reduce(flat, group),
                     "handoff": lambda: _handoff(comm, flat, ctx.rank, n)}[op]
             for calls in (1, SERIES):
-                out[f"{op}{size}x{calls}"] = [loop(call, calls) for _ in range(rounds)]
+                out[f"{op}{size}x{calls}"] = [beyond_compute(call, calls) for _ in range(rounds)]
     return out
 
 

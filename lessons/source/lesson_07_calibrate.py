@@ -21,7 +21,7 @@ print(f"forward: overhead per layer {fwd[1] * 1e3:.2f} ms, {fwd[-1] / 1e9:.1f} G
       f"ring step at 2 ranks: latency {profile.ring['2'][0] * 1e3:.3f} ms, {profile.ring['2'][1] / 1e9:.2f} GB/s")"""),
     md("## Validate on whole strategies the fit never saw"),
     code("""
-cases = [validate.run_case(profile, strategy, 2, "fp32", steps=3, timeout=300) for strategy in ["ddp", "zero2", "pp"]]
+cases = validate.run_cases(profile, [(strategy, 2) for strategy in ["ddp", "zero2", "pp"]], "fp32", steps=3, timeout=300)
 for c in cases:
     print(f"{c['strategy']:>6} x {c['gpus']}: simulated {units.human_time(c['sim_step_s'])}, "
           f"measured {units.human_time(c['real_step_s'])}, error {c['error']:+.0%}, bytes exact {c['bytes_exact']}")

@@ -54,23 +54,11 @@ class CountingComm:
     def ring_reduce_scatter(self, flat: torch.Tensor, group: list[int], op: str = "sum") -> torch.Tensor:
         """Reduce ``flat`` over the group (``op`` sum or max); returns this rank's reduced chunk (a
         copy). ``flat`` is used as scratch: its other chunks hold partial results afterwards."""
-        n, i = len(group), group.index(self.rank)
-        chunks = list(torch.tensor_split(flat, n))
-        if n == 1:
-            return chunks[0].clone()
-        right, left = group[(i + 1) % n], group[(i - 1) % n]
-        for k in range(n - 1):
-            out, into = (i - k - 1) % n, (i - k - 2) % n
-            incoming = torch.empty_like(chunks[into])
-            self._exchange(chunks[out], right, incoming, left)
-            if op == "max":
-                torch.maximum(chunks[into], incoming, out=chunks[into])
-            else:
-                chunks[into] += incoming
-        return chunks[i].clone()
+        return self.ring_reduce_scatter_coalesced([flat], group, op)
 
-    def ring_reduce_scatter_coalesced(self, pieces: list[torch.Tensor], group: list[int]) -> torch.Tensor:
-        """Sum several tensors over the group in one ring (a coalesced call, as DeepSpeed's ZeRO-3 reduces
+    def ring_reduce_scatter_coalesced(self, pieces: list[torch.Tensor], group: list[int],
+                                      op: str = "sum") -> torch.Tensor:
+        """Reduce several tensors over the group in one ring (a coalesced call, as DeepSpeed's ZeRO-3 reduces
         a layer's modules): each of the n - 1 steps sends every piece's chunk in one message, so the call
         pays n - 1 exchanges, not n - 1 per piece. Returns this rank's chunk of each piece, concatenated
         (the same sums, in the same order, as reducing the pieces one by one); the pieces are scratch."""
@@ -81,10 +69,14 @@ class CountingComm:
             out, into = (i - k - 1) % n, (i - k - 2) % n
             sizes = [c[into].numel() for c in chunks]
             incoming = torch.empty(sum(sizes), dtype=pieces[0].dtype, device=pieces[0].device)
-            self._exchange(torch.cat([c[out] for c in chunks]), right, incoming, left)
+            message = chunks[0][out] if len(chunks) == 1 else torch.cat([c[out] for c in chunks])
+            self._exchange(message, right, incoming, left)
             for c, part in zip(chunks, torch.split(incoming, sizes)):
-                c[into] += part
-        return torch.cat([c[i] for c in chunks])
+                if op == "max":
+                    torch.maximum(c[into], part, out=c[into])
+                else:
+                    c[into] += part
+        return torch.cat([c[i] for c in chunks])  # (a copy, even of one piece)
 
     def ring_all_gather(self, mine: torch.Tensor, numel: int, group: list[int]) -> torch.Tensor:
         """Gather every rank's chunk (``mine`` is chunk i of a ``numel``-element tensor)."""

@@ -287,3 +287,59 @@ def test_calibrate_then_validate_end_to_end(tmp_path, cli):
         assert case["spread"] == pytest.approx((max(runs) - min(runs)) / min(runs))
     assert "| zero3 | 2 |" in report.read_text()
     assert report.with_suffix(".csv").exists() and report.with_suffix(".png").stat().st_size > 0
+
+
+def test_a_pipeline_send_pays_the_latency_measured_with_as_many_ranks_runnable_as_at_that_moment():
+    """Send costs by ranks runnable (interpolated between the measured world sizes, held at the ends);
+    on 8 shared-core ranks a pipeline's sends meet fewer busy ranks than the calibration's pattern,
+    where every rank calls at once: 1F1B is shorter than with every send at the 8-rank latency, and
+    longer than with every send at the 2-rank one."""
+    from simpar.collectives import point_to_point  # noqa: F401 (the path under test)
+
+    profile = _profile()
+    profile.ring = {"2": [0.5e-3, 2e9], "4": [1e-3, 2e9], "8": [3e-3, 2e9]}
+    profile.handoff = {"2": 0.1e-3, "4": 0.5e-3, "8": 2e-3}
+    profile.slowdown = {"1": 1.0, "2": 1.0, "4": 2.0, "8": 4.0}
+    topo = profile.topology(8, "fp32")
+    assert topo.send_costs(2) == pytest.approx((0.1e-3, 0.5e-3))
+    assert topo.send_costs(3) == pytest.approx((0.3e-3, 0.75e-3))
+    assert topo.send_costs(8) == pytest.approx((2e-3, 3e-3)) == topo.send_costs(16)
+    scenario = make_scenario(model("tiny-deep"), "pp", 8, micro_batch=2, microbatches=16, precision="fp32",
+                             topology="cpu-host")
+
+    def step(ring: dict, handoff: dict, tables: bool = True) -> float:
+        profile.ring, profile.handoff = ring, handoff
+        topology = profile.topology(8, "fp32")
+        if not tables:
+            topology.step_latency_by_ranks = topology.handoff_by_ranks = None
+        return simulate(scenario, topology=topology, serial=True).step_time_s
+
+    measured = step(profile.ring, profile.handoff)
+    all_busy = step(profile.ring, profile.handoff, tables=False)  # every send at the world's (8) figures
+    two = step({k: [0.5e-3, 2e9] for k in profile.ring}, {k: 0.1e-3 for k in profile.handoff})
+    assert two < measured < all_busy
+
+
+def test_a_compute_right_after_a_pipeline_receive_pays_its_own_resume():
+    """1F1B on 2 stages: every compute right after a receive pays ``resume_after_recv`` (measured by the
+    relay, stages taking turns), one right after a send or collective ``resume``."""
+    from simpar.plan import Compute, Recv
+    from simpar.sim.op_costs import OpCosts
+    from simpar.strategies import build_plan
+
+    scenario = make_scenario(model("tiny-deep"), "pp", 2, micro_batch=2, microbatches=4, precision="fp32",
+                             topology="cpu-host")
+    profile = _profile()
+    profile.resume, profile.resume_after_recv = {"2": 2e-4}, {"2": 7e-4}
+    plan = build_plan(scenario)
+    costs = OpCosts(plan, scenario, profile.topology(2, "fp32"))
+    for pi, prog in enumerate(plan.programs):
+        last = None
+        for op in prog.ops:
+            if isinstance(op, Compute) and op.device == "gpu":
+                expected = 7e-4 if isinstance(last, Recv) else (2e-4 if type(last).__name__ in ("Send", "Collective")
+                                                                 else 0.0)
+                assert costs.resume(pi, op) == expected
+            if type(op).__name__ not in ("Alloc", "Free"):
+                last = op
+    assert sum(costs.resume(pi, op) == 7e-4 for pi, p in enumerate(plan.programs) for op in p.ops) == 8

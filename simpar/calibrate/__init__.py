@@ -15,7 +15,7 @@ import statistics
 from pathlib import Path
 
 from simpar.calibrate.bench import (PATTERN_OPS, SERIES, burst_worker, compute_worker, host_worker, pattern_worker,
-                                   ring_steps, ring_worker)
+                                   relay_worker, ring_steps, ring_worker)
 from simpar.calibrate.profile import HardwareProfile, fit_collective_costs, fit_line, fit_unit_costs, machine_id
 from simpar.real.launch import launch
 
@@ -39,7 +39,8 @@ def gpu_default_path(preset: str) -> Path:
 
 def _both(ctx, precision: str, repeats: int) -> dict:
     return {"ring": ring_worker(ctx, RING_SIZES, repeats),
-            "pattern": pattern_worker(ctx, PATTERN_SIZES, repeats)}
+            "pattern": pattern_worker(ctx, PATTERN_SIZES, repeats),
+            "relay": relay_worker(ctx, 3 * repeats)}
 
 
 def pattern_rows(ranks: list[dict], world: int) -> list[dict]:
@@ -61,16 +62,20 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
     host = launch(host_worker, 1, (OPTIMIZER_PARAMS, repeats), timeout=timeout)[0]
     compute = {phase: fit_unit_costs(alone, phase) for phase in ("fwd", "bwd")}
     burst_alone = launch(burst_worker, 1, (repeats,), timeout=timeout)[0]
-    slowdown, ring, wake, handoff, resume, shared = {"1": 1.0}, {}, {}, {}, {}, {}
+    slowdown, ring, wake, handoff, resume, resume_after_recv, shared = {"1": 1.0}, {}, {}, {}, {}, {}, {}
     for world in worlds:
         say(f"{world} ranks at once: compute and ring steps")
         ranks = launch(_both, world, (precision, repeats), timeout=timeout)
         # k ranks computing at once, as a data-parallel step's all do, slow each other (the cores, memory
         # bandwidth and caches are shared); a unit computed right after a call takes longer still: resume
-        together = launch(burst_worker, world, (repeats,), timeout=timeout)[0]["together"]
-        slowdown[str(world)] = max(together / burst_alone["together"], 1.0)  # below 1: noise, not sharing
+        burst = launch(burst_worker, world, (repeats,), timeout=timeout)[0]
+        together = burst["together"]
+        slowdown[str(world)] = max(burst["ratio"], 1.0)  # below 1: noise, not sharing
         inside = statistics.fmean(t for r in ranks for t in r["pattern"]["compute"])
         resume[str(world)] = max(inside - burst_alone["each"] * slowdown[str(world)], 0.0)
+        # a pipeline's stages take turns: the same unit right after a receive, against it once more
+        resume_after_recv[str(world)] = max(statistics.fmean(
+            a - b for r in ranks for a, b in zip(r["relay"]["after"], r["relay"]["again"])), 0.0)
         gathers = [statistics.median(r["ring"][i]["seconds"] for r in ranks) for i in range(len(RING_SIZES))]
         # back to back, an all-gather of S bytes is k - 1 ring steps of S / k bytes: one step's latency and
         # bandwidth with nothing before it, kept to show what the step's pattern adds (README, calibration)
@@ -80,6 +85,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
         wake[str(world)], handoff[str(world)], step_alpha, bandwidth = fit_collective_costs(rows)
         ring[str(world)] = [step_alpha, bandwidth]
         shared[str(world)] = {"ring_seconds": steps, "pattern": rows, "pattern_compute": inside, "burst_together": together,
+                              "relay": ranks[0]["relay"],
                               "back_to_back": [alpha, 1.0 / seconds_per_byte if seconds_per_byte else 1e12]}
     rates = {}
     for name in ("adam", "sgd"):
@@ -88,7 +94,8 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
         rates[name] = 1.0 / seconds_per_param if seconds_per_param else 1e10
     _, seconds_per_byte = fit_line([c["bytes"] for c in host["copies"]], [c["seconds"] for c in host["copies"]])
     return HardwareProfile(machine=machine_id(), compute={precision: compute}, slowdown=slowdown, ring=ring,
-                           wake=wake, handoff=handoff, resume=resume, optimizer_params_per_s=rates,
+                           wake=wake, handoff=handoff, resume=resume, resume_after_recv=resume_after_recv,
+                           optimizer_params_per_s=rates,
                            copy_bytes_per_s=1.0 / seconds_per_byte if seconds_per_byte else 1e11,
                            samples={"compute": alone, "burst_alone": burst_alone, "host": host, "shared": shared,
                                     "ring_sizes": RING_SIZES})

@@ -181,6 +181,35 @@ def _handoff(comm: CountingComm, tensor: torch.Tensor, rank: int, world: int) ->
     request.wait()
 
 
+def relay_worker(ctx, laps: int) -> dict:
+    """A pipeline's turn-taking: a token relayed round the ranks (receive from the rank behind, compute,
+    ``isend`` on), one rank computing at a time. Each rank computes the unit right after its receive,
+    then once more: {"after": [s], "again": [s]}; their difference is what a compute right after a
+    blocking receive pays, measured where ``pattern_worker``'s all-at-once compute (every rank sharing the
+    cores, a slowdown several times larger than the effect at 4 and 8 ranks) cannot see it."""
+    comm, rank, n = CountingComm(ctx.rank), ctx.rank, ctx.world
+    unit, token = _unit_burst(), torch.zeros(1024)
+    after, again = [], []
+    for _ in range(3):
+        unit()
+    dist.barrier()
+    for lap in range(laps + 2):
+        if rank or lap:
+            comm.recv(token, (rank - 1) % n)
+        began = time.perf_counter()
+        unit()
+        middle = time.perf_counter()
+        unit()
+        if lap >= 2:  # the first laps warm the connections up
+            after.append(middle - began)
+            again.append(time.perf_counter() - middle)
+        comm.isend(token, (rank + 1) % n).wait()
+    if rank == 0:
+        comm.recv(token, n - 1)
+    dist.barrier()
+    return {"after": after, "again": again}
+
+
 def _unit_burst():
     """The compute of ``pattern_worker``: a tiny-deep layer's forward and backward at micro-batch 2
     (what a step computes per unit; a short no-grad forward alone reads a larger slowdown, 1.7x
@@ -196,11 +225,14 @@ def _unit_burst():
     return unit
 
 
-def burst_worker(ctx, repeats: int) -> dict:
-    """``pattern_worker``'s compute burst with every rank computing at once: {"each": mean seconds of
-    one burst timed on its own, "together": seconds per burst of all ranks, from barrier to barrier
-    (``_timed``)}. Against one rank the second is how much k ranks computing at once slow each
-    other (cores, memory bandwidth, caches shared), the first the baseline of ``resume``."""
+def burst_worker(ctx, repeats: int, rounds: int = 5) -> dict:
+    """``pattern_worker``'s compute burst with every rank computing at once, in rounds, each right
+    after the same bursts on rank 0 alone (the others waiting in a barrier): {"each": mean seconds of
+    one burst timed on its own, "together": seconds per burst of all ranks, from barrier to barrier,
+    "alone": seconds per burst of rank 0 alone, "ratio": the median of together / alone over the
+    rounds}. The ratio is how much k ranks computing at once slow each other (cores, memory bandwidth,
+    caches shared); each round is set against its own alone, since this machine's speed drifts by tens
+    of percent over a minute (a baseline taken minutes before read 1.6x at 4 ranks on 2 cores)."""
     unit = _unit_burst()
     seconds = []
     for _ in range(20 * repeats + 3):
@@ -209,7 +241,20 @@ def burst_worker(ctx, repeats: int) -> dict:
         seconds.append(time.perf_counter() - start)
     # rounds long against the closing barrier's own cost, which at 8 ranks on 2 cores is milliseconds and
     # noisy: with 10 bursts a round, slowdowns of 3.0x-6.3x at 8 ranks came out of calibrations an hour apart
-    return {"each": statistics.fmean(seconds[3:]), "together": _timed(unit, 4 * repeats * ctx.world)}
+    reps = max(1, 4 * repeats * ctx.world // rounds)
+    together, alone = [], []
+    for _ in range(rounds):
+        dist.barrier()
+        start = time.perf_counter()
+        if ctx.rank == 0:
+            for _ in range(reps):
+                unit()
+        alone.append((time.perf_counter() - start) / reps)
+        dist.barrier()  # the others wait until rank 0 is done alone
+        together.append(_timed(unit, reps))
+    ratio = statistics.median(t / a for t, a in zip(together, alone)) if ctx.world > 1 else 1.0
+    return {"each": statistics.fmean(seconds[3:]), "together": statistics.median(together),
+            "alone": statistics.median(alone), "ratio": ratio}
 
 
 def ring_steps(op: str, world: int) -> int:

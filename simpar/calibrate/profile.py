@@ -9,7 +9,8 @@ one after computing ``wake`` more, fitted to the executor's own ring code run as
 (a unit's compute, then one or several calls in a row; per world size: more ranks than cores slow
 every message); ``wake`` is the wait for a peer still computing and the wake-up of a blocked
 receive (``handoff``: the same for a pipeline send, which waits for one neighbour, not a group),
-``resume`` what the first compute after a call pays more (docs/calibration.md); k ranks
+``resume`` what the first compute after a call pays more (``resume_after_recv`` after a pipeline
+receive, measured where the stages take turns; docs/calibration.md); k ranks
 computing at once take ``slowdown[k]`` times as long as one (the cores are shared); the optimizer
 updates ``params_per_s``; a copy moves ``copy_bytes_per_s``.
 """
@@ -34,7 +35,7 @@ from simpar.topologies.graph import Topology
 if TYPE_CHECKING:
     from simpar.calibrate.gpu_profile import GPUProfile
 
-VERSION = 4
+VERSION = 5
 UNIT_KINDS = ("embedding", "layer", "head")
 
 
@@ -113,6 +114,8 @@ class HardwareProfile:
     wake: dict[str, float] = field(default_factory=dict)  # world -> seconds the first call after computing pays
     resume: dict[str, float] = field(default_factory=dict)  # world -> seconds the first compute after a call pays
     handoff: dict[str, float] = field(default_factory=dict)  # world -> seconds a pipeline send after computing pays
+    # world -> seconds a compute right after a pipeline receive pays (relay_worker: stages take turns)
+    resume_after_recv: dict[str, float] = field(default_factory=dict)
 
     # -- persistence ----------------------------------------------------------------------------
     def save(self, path: str) -> None:
@@ -163,6 +166,9 @@ class HardwareProfile:
     def resume_cost(self, world: int) -> float:
         return float(self._nearest(self.resume, world)) if self.resume else 0.0
 
+    def resume_after_recv_cost(self, world: int) -> float:
+        return float(self._nearest(self.resume_after_recv, world)) if self.resume_after_recv else 0.0
+
     # -- the simulator's view -------------------------------------------------------------------
     def topology(self, world: int, precision: str) -> Topology:
         """``world`` rank processes on this machine, priced with what was measured."""
@@ -186,5 +192,8 @@ class HardwareProfile:
                                   f"{world} gloo processes on {self.machine['cores']} cores (calibrated)")
         topology.wake_latency, topology.resume_latency = self.wake_cost(world), self.resume_cost(world)
         topology.handoff_latency = self.handoff_cost(world)
+        topology.resume_after_recv_latency = self.resume_after_recv_cost(world)
         topology.core_slowdown = {int(k): float(v) for k, v in self.slowdown.items()}
+        topology.step_latency_by_ranks = {int(k): float(v[0]) for k, v in self.ring.items()}
+        topology.handoff_by_ranks = {int(k): float(v) for k, v in self.handoff.items()} or None
         return topology

@@ -67,14 +67,16 @@ def run(args) -> int:
         print(f"  {label:<10} overhead {per_kind}; FLOPs at {rate / 1e9:,.2f} GFLOP/s")
     print(f"  optimizer  Adam {profile.optimizer_params_per_s['adam'] / 1e6:,.0f} M params/s, "
           f"copies {units.human_rate(profile.copy_bytes_per_s)}")
-    print("  ranks   compute slowdown   first compute after a call   ring step in a step   bandwidth"
-          "   first call after computing   pipeline send after computing   (ring step back to back)")
+    print("  ranks   compute slowdown   first compute after a call   after a pipeline receive   ring step in a step"
+          "   bandwidth   first call after computing   pipeline send after computing   (ring step back to back)")
     for world in sorted(int(k) for k in profile.ring):
         alpha, bandwidth = profile.ring[str(world)]
         back = profile.samples.get("shared", {}).get(str(world), {}).get("back_to_back", [float("nan")])[0]
         resume = "+" + units.human_time(profile.resume_cost(world))
-        print(f"  {world:>5}   {profile.slowdown[str(world)]:>14.2f}x   {resume:>26}   {units.human_time(alpha):>19}"
-              f"   {units.human_rate(bandwidth):>9}   {'+' + units.human_time(profile.wake_cost(world)):>26}"
+        after_recv = "+" + units.human_time(profile.resume_after_recv_cost(world))
+        print(f"  {world:>5}   {profile.slowdown[str(world)]:>14.2f}x   {resume:>26}   {after_recv:>24}"
+              f"   {units.human_time(alpha):>19}   {units.human_rate(bandwidth):>9}"
+              f"   {'+' + units.human_time(profile.wake_cost(world)):>26}"
               f"   {'+' + units.human_time(profile.handoff_cost(world)):>29}   {units.human_time(back):>24}")
     return 0
 

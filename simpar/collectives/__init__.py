@@ -192,15 +192,22 @@ def collective(network: Network, phases: list[Phase], tag: str = "", proto: nccl
     return network.env.process(run())
 
 
-def point_to_point(network: Network, transfers: list[tuple], tag: str = "", wakes: bool = False) -> simpy.Event:
-    """Sends between ranks (pipeline stages): one step each, after the topology's ``call_delay``."""
-    delay = call_delay(network.topology, wakes, handoff=True)
+def point_to_point(network: Network, transfers: list[tuple], tag: str = "", wakes: bool = False,
+                   runnable: int | None = None) -> simpy.Event:
+    """Sends between ranks (pipeline stages): one step each, after the topology's ``call_delay``.
+    On CPU ranks sharing cores, ``runnable`` (the ranks computing or in this send at that moment)
+    picks the step latency and handoff measured with that many ranks in a call: a pipeline's stages
+    take turns, so a send rarely meets every rank busy, as the calibration's pattern does."""
+    delay, latency = call_delay(network.topology, wakes, handoff=True), None
+    measured = network.topology.send_costs(runnable) if runnable is not None else None
+    if measured is not None:
+        delay, latency = (measured[0] if wakes else 0.0), measured[1]
     if not delay:
-        return network.transfer_all(transfers, tag)
+        return network.transfer_all(transfers, tag, latency)
 
     def run():
         yield network.env.timeout(delay)
-        yield network.transfer_all(transfers, tag)
+        yield network.transfer_all(transfers, tag, latency)
 
     return network.env.process(run())
 

@@ -24,14 +24,16 @@ class OpCosts:
         self.flops_rate = gpu.flops(dtype)
         self.kernel_pricer = KernelPricer(scenario, gpu) if gpu.kernels is not None else None
         self._machines = self._machine_nodes()
-        turns = topology.wake_latency or topology.resume_latency or topology.handoff_latency
-        self.after_compute, self.after_network = self._turns() if turns else (frozenset(), frozenset())
+        turns = (topology.wake_latency or topology.resume_latency or topology.handoff_latency
+                 or topology.resume_after_recv_latency)
+        self.after_compute, self.after_network = self._turns() if turns else (frozenset(), {})
 
-    def _turns(self) -> tuple[frozenset, frozenset]:
-        """(program, op id) of every collective and send that comes right after computing, and of every
-        compute that comes right after a collective, send or receive, in its program's order (memory
-        bookkeeping aside): where the executor's ranks pay the topology's wake and resume latencies."""
-        woken, resumed = set(), set()
+    def _turns(self) -> tuple[frozenset, dict]:
+        """(program, op id) of every collective and send that comes right after computing, and (program,
+        op id) -> the resume latency of every compute that comes right after a collective, send or receive,
+        in its program's order (memory bookkeeping aside): where the executor's ranks pay the topology's
+        wake and resume latencies."""
+        woken, resumed = set(), {}
         for pi, prog in enumerate(self.plan.programs):
             last = None
             for op in prog.ops:
@@ -41,16 +43,17 @@ class OpCosts:
                 if isinstance(op, (Collective, Send)) and isinstance(last, (Compute, Copy)):
                     woken.add((pi, op.id))
                 if isinstance(op, Compute) and op.device == "gpu" and isinstance(last, (Collective, Send, Recv)):
-                    resumed.add((pi, op.id))
+                    resumed[(pi, op.id)] = (self.topology.resume_after_recv_latency if isinstance(last, Recv)
+                                            else self.topology.resume_latency)
                 last = op if network or isinstance(op, (Compute, Copy)) else last
-        return frozenset(woken), frozenset(resumed)
+        return frozenset(woken), resumed
 
     def wakes(self, pi: int, op) -> bool:
         return (pi, op.id) in self.after_compute
 
     def resume(self, pi: int, op: Compute) -> float:
         """What a compute right after a call pays on the executor's ranks (0 elsewhere)."""
-        return self.topology.resume_latency if (pi, op.id) in self.after_network else 0.0
+        return self.after_network.get((pi, op.id), 0.0)
 
     def _machine_nodes(self) -> dict:
         nodes: dict = defaultdict(dict)

@@ -189,7 +189,10 @@ class Simulator:
             self.sent[src] += op.nbytes
             self.received[dst] += op.nbytes
         self.send_issued[op.tag] = self.env.now
-        event = point_to_point(self.network, transfers, f"{op.tag} ", wakes)
+        runnable = None
+        if self.cores is not None:  # the ranks computing now, and each pair of this send
+            runnable = min(self.plan.grid.world, self.cores.computing() + 2 * len(prog.ranks))
+        event = point_to_point(self.network, transfers, f"{op.tag} ", wakes, runnable)
         arrival = self._arrival(op.tag)
         event.callbacks.append(lambda _: arrival.succeed())
         return event

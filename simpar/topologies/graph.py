@@ -60,9 +60,15 @@ class Topology:
         # seconds a compute right after a collective, send or receive pays: a rank resuming after a blocked
         # receive computes slower for a while (a calibrated profile's resume; 0 elsewhere)
         self.resume_latency = 0.0
+        self.resume_after_recv_latency = 0.0  # the same right after a pipeline receive (stages take turns)
         # CPU rank processes sharing a machine's cores: ranks computing at once -> how much slower each
         # computes (a calibrated profile's slowdown; sim/cores.py); None: every device computes on its own
         self.core_slowdown: dict[int, float] | None = None
+        # with core_slowdown: ranks runnable at once -> a pipeline send's step latency and wake, as measured
+        # with that many ranks in a call (a calibrated profile's ring and handoff by world size); a send
+        # waits for a core as long as the ranks computing or calling at that moment make it wait
+        self.step_latency_by_ranks: dict[int, float] | None = None
+        self.handoff_by_ranks: dict[int, float] | None = None
         self.description = description
         self.graph = nx.Graph()
         self.gpus: list[str] = []  # index = rank
@@ -118,6 +124,17 @@ class Topology:
         self.bottleneck.cache_clear()
 
     # -- queries --------------------------------------------------------------------------
+    def send_costs(self, runnable: int) -> tuple[float, float] | None:
+        """(handoff wake, step latency) of a pipeline send while ``runnable`` ranks compute or call, from
+        the tables measured by world size (interpolated, held at the ends); None without the tables."""
+        if not self.step_latency_by_ranks:
+            return None
+        def at(table: dict[int, float]) -> float:
+            keys = sorted(table)
+            return float(np.interp(runnable, keys, [table[k] for k in keys]))
+        wake = at(self.handoff_by_ranks) if self.handoff_by_ranks else self.handoff_latency
+        return wake, at(self.step_latency_by_ranks)
+
     @property
     def capacities(self) -> np.ndarray:
         return np.asarray(self._capacity, dtype=float)

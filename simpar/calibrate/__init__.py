@@ -69,7 +69,6 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
         # k ranks computing at once, as a data-parallel step's all do, slow each other (the cores, memory
         # bandwidth and caches are shared); a unit computed right after a call takes longer still: resume
         burst = launch(burst_worker, world, (repeats,), timeout=timeout)[0]
-        together = burst["together"]
         slowdown[str(world)] = max(burst["ratio"], 1.0)  # below 1: noise, not sharing
         inside = statistics.fmean(t for r in ranks for t in r["pattern"]["compute"])
         resume[str(world)] = max(inside - burst_alone["each"] * slowdown[str(world)], 0.0)
@@ -84,7 +83,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
         rows = pattern_rows(ranks, world)
         wake[str(world)], handoff[str(world)], step_alpha, bandwidth = fit_collective_costs(rows)
         ring[str(world)] = [step_alpha, bandwidth]
-        shared[str(world)] = {"ring_seconds": steps, "pattern": rows, "pattern_compute": inside, "burst_together": together,
+        shared[str(world)] = {"ring_seconds": steps, "pattern": rows, "pattern_compute": inside, "burst_together": burst["together"],
                               "relay": ranks[0]["relay"],
                               "back_to_back": [alpha, 1.0 / seconds_per_byte if seconds_per_byte else 1e12]}
     rates = {}

@@ -230,15 +230,18 @@ def burst_worker(ctx, repeats: int, rounds: int = 5) -> dict:
     after the same bursts on rank 0 alone (the others waiting in a barrier): {"each": mean seconds of
     one burst timed on its own, "together": seconds per burst of all ranks, from barrier to barrier,
     "alone": seconds per burst of rank 0 alone, "ratio": the median of together / alone over the
-    rounds}. The ratio is how much k ranks computing at once slow each other (cores, memory bandwidth,
-    caches shared); each round is set against its own alone, since this machine's speed drifts by tens
-    of percent over a minute (a baseline taken minutes before read 1.6x at 4 ranks on 2 cores)."""
+    rounds; one rank: "each" alone}. The ratio is how much k ranks computing at once slow each other
+    (cores, memory bandwidth, caches shared); each round is set against its own alone, since this
+    machine's speed drifts by tens of percent over a minute (a baseline taken minutes before read 1.6x
+    at 4 ranks on 2 cores)."""
     unit = _unit_burst()
     seconds = []
     for _ in range(20 * repeats + 3):
         start = time.perf_counter()
         unit()
         seconds.append(time.perf_counter() - start)
+    if ctx.world == 1:  # nothing to share the cores with: the baseline of ``resume`` alone
+        return {"each": statistics.fmean(seconds[3:])}
     # rounds long against the closing barrier's own cost, which at 8 ranks on 2 cores is milliseconds and
     # noisy: with 10 bursts a round, slowdowns of 3.0x-6.3x at 8 ranks came out of calibrations an hour apart
     reps = max(1, 4 * repeats * ctx.world // rounds)
@@ -252,7 +255,7 @@ def burst_worker(ctx, repeats: int, rounds: int = 5) -> dict:
         alone.append((time.perf_counter() - start) / reps)
         dist.barrier()  # the others wait until rank 0 is done alone
         together.append(_timed(unit, reps))
-    ratio = statistics.median(t / a for t, a in zip(together, alone)) if ctx.world > 1 else 1.0
+    ratio = statistics.median(t / a for t, a in zip(together, alone))
     return {"each": statistics.fmean(seconds[3:]), "together": statistics.median(together),
             "alone": statistics.median(alone), "ratio": ratio}
 

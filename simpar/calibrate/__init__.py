@@ -43,13 +43,15 @@ def _both(ctx, precision: str, repeats: int) -> dict:
             "relay": relay_worker(ctx, 3 * repeats)}
 
 
-def pattern_rows(ranks: list[dict], world: int) -> list[dict]:
-    """Per op, size and number of calls in a row: ring steps, bytes per step, and seconds beyond the
-    compute (the median round of rank 0: the barriers make every rank's loop equally long)."""
+def pattern_rows(ranks: list[dict], world: int, resume: float = 0.0) -> list[dict]:
+    """Per op, size and number of calls in a row: ring steps, bytes per step, and seconds the calls
+    cost (the median round of rank 0: the barriers make every rank's loop equally long), which is
+    what the loop took beyond the compute less ``resume``: each repetition's compute after the calls
+    pays that more, and the simulator charges it to the compute, not to the calls."""
     timings = ranks[0]["pattern"]
     return [{"op": op, "bytes": size, "calls": calls, "steps": ring_steps(op, world),
              "step_bytes": max(size // 4, world) * 4 / (1 if op == "handoff" else world),
-             "seconds": max(statistics.median(timings[f"{op}{size}x{calls}"]), 0.0)}
+             "seconds": max(statistics.median(timings[f"{op}{size}x{calls}"]) - resume, 0.0)}
             for op in PATTERN_OPS for size in PATTERN_SIZES for calls in (1, SERIES)]
 
 
@@ -61,17 +63,18 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
     alone = launch(compute_worker, 1, (MODELS, BATCHES, precision, repeats), timeout=timeout)[0]
     host = launch(host_worker, 1, (OPTIMIZER_PARAMS, repeats), timeout=timeout)[0]
     compute = {phase: fit_unit_costs(alone, phase) for phase in ("fwd", "bwd")}
-    burst_alone = launch(burst_worker, 1, (repeats,), timeout=timeout)[0]
     slowdown, ring, wake, handoff, resume, resume_after_recv, shared = {"1": 1.0}, {}, {}, {}, {}, {}, {}
     for world in worlds:
         say(f"{world} ranks at once: compute and ring steps")
         ranks = launch(_both, world, (precision, repeats), timeout=timeout)
         # k ranks computing at once, as a data-parallel step's all do, slow each other (the cores, memory
-        # bandwidth and caches are shared); a unit computed right after a call takes longer still: resume
+        # bandwidth and caches are shared); a unit computed right after a call takes longer still (resume:
+        # against the same unit in the neighbouring loop without calls, every rank computing in both)
         burst = launch(burst_worker, world, (repeats,), timeout=timeout)[0]
         slowdown[str(world)] = max(burst["ratio"], 1.0)  # below 1: noise, not sharing
         inside = statistics.fmean(t for r in ranks for t in r["pattern"]["compute"])
-        resume[str(world)] = max(inside - burst_alone["each"] * slowdown[str(world)], 0.0)
+        without = statistics.fmean(t for r in ranks for t in r["pattern"]["compute_base"])
+        resume[str(world)] = max(inside - without, 0.0)
         # a pipeline's stages take turns: the same unit right after a receive, against it once more
         resume_after_recv[str(world)] = max(statistics.fmean(
             a - b for r in ranks for a, b in zip(r["relay"]["after"], r["relay"]["again"])), 0.0)
@@ -80,10 +83,11 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
         # bandwidth with nothing before it, kept to show what the step's pattern adds (README, calibration)
         steps = [t / (world - 1) for t in gathers]
         alpha, seconds_per_byte = fit_line([row["bytes"] / world for row in ranks[0]["ring"]], steps)
-        rows = pattern_rows(ranks, world)
+        rows = pattern_rows(ranks, world, resume[str(world)])
         wake[str(world)], handoff[str(world)], step_alpha, bandwidth = fit_collective_costs(rows)
         ring[str(world)] = [step_alpha, bandwidth]
-        shared[str(world)] = {"ring_seconds": steps, "pattern": rows, "pattern_compute": inside, "burst_together": burst["together"],
+        shared[str(world)] = {"ring_seconds": steps, "pattern": rows, "pattern_compute": inside,
+                              "pattern_compute_without_calls": without, "burst_together": burst["together"],
                               "relay": ranks[0]["relay"],
                               "back_to_back": [alpha, 1.0 / seconds_per_byte if seconds_per_byte else 1e12]}
     rates = {}
@@ -96,7 +100,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
                            wake=wake, handoff=handoff, resume=resume, resume_after_recv=resume_after_recv,
                            optimizer_params_per_s=rates,
                            copy_bytes_per_s=1.0 / seconds_per_byte if seconds_per_byte else 1e11,
-                           samples={"compute": alone, "burst_alone": burst_alone, "host": host, "shared": shared,
+                           samples={"compute": alone, "host": host, "shared": shared,
                                     "ring_sizes": RING_SIZES})
 
 

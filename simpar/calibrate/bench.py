@@ -132,13 +132,16 @@ def pattern_worker(ctx, sizes: list[int], repeats: int, rounds: int = 5) -> dict
     repetition is everything the step pays for its m calls, the wait for a peer still computing and
     the wake-up of a blocked receive included. {"base": [s per compute alone, every round],
     "<op><bytes>x<m>": [s of m calls beyond the compute, per round], "compute": [s of each compute
-    burst that followed a call]}: the last, against ``burst_worker``, is what a unit computed right
-    after a call pays more (resume)."""
+    burst that followed a call], "compute_base": [s of each burst of the loops without calls]}: the
+    difference of the last two is what a unit computed right after a call pays more (resume), both
+    with every rank computing at once and taken minutes apart at most, round by round (against
+    ``burst_worker``'s one rank alone, launched separately, the machine's drift read +1.2 ms at 2 ranks
+    where a step's computes after a call paid none)."""
     comm, group, n = CountingComm(ctx.rank), list(range(ctx.world)), ctx.world
     unit = _unit_burst()
     reps = max(4, 4 * repeats // n)  # more ranks than cores make every call slower: fewer of them
 
-    bursts: list[float] = []
+    bursts: dict[bool, list[float]] = {True: [], False: []}  # after calls?
 
     def loop(collective, calls: int) -> float:
         dist.barrier()
@@ -146,20 +149,20 @@ def pattern_worker(ctx, sizes: list[int], repeats: int, rounds: int = 5) -> dict
         for _ in range(reps):
             began = time.perf_counter()
             unit()
-            if calls:
-                bursts.append(time.perf_counter() - began)
+            bursts[bool(calls)].append(time.perf_counter() - began)
             for _ in range(calls):
                 collective()
         dist.barrier()
         return (time.perf_counter() - start) / reps
 
-    out = {"base": [], "compute": bursts}
+    out = {"base": [], "compute": bursts[True], "compute_base": bursts[False]}
 
     def beyond_compute(collective, calls: int) -> float:
         out["base"].append(loop(lambda: None, 0))
         return loop(collective, calls) - out["base"][-1]
 
     loop(lambda: None, 0)  # warm-up
+    bursts[False].clear()
     for op in PATTERN_OPS:
         for size in sizes:
             numel = max(size // 4, n)
@@ -240,7 +243,7 @@ def burst_worker(ctx, repeats: int, rounds: int = 5) -> dict:
         start = time.perf_counter()
         unit()
         seconds.append(time.perf_counter() - start)
-    if ctx.world == 1:  # nothing to share the cores with: the baseline of ``resume`` alone
+    if ctx.world == 1:  # nothing to share the cores with
         return {"each": statistics.fmean(seconds[3:])}
     # rounds long against the closing barrier's own cost, which at 8 ranks on 2 cores is milliseconds and
     # noisy: with 10 bursts a round, slowdowns of 3.0x-6.3x at 8 ranks came out of calibrations an hour apart

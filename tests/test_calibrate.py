@@ -80,6 +80,25 @@ def test_profile_round_trips_and_prices_compute_as_overhead_plus_flops(tmp_path)
     assert simulate(scenario, topology=topo).step_time_s > 0
 
 
+def test_tensor_parallel_pieces_share_their_layer_overhead_instead_of_each_paying_it():
+    """The calibrated overhead is the framework's cost of a whole unit's ops; tensor parallelism cuts a
+    layer into pieces (attention, MLP) that divide those ops, so a layer's pieces pay its overhead once
+    between them (in proportion to their kernels), while the FLOPs are priced per piece as before."""
+    from simpar.sim.op_costs import OpCosts
+    from simpar.strategies import build_plan
+
+    for sp in (False, True):
+        scenario = make_scenario(model("tiny"), "tp", 2, precision="fp32", topology="cpu-host", sequence_parallel=sp)
+        plan = build_plan(scenario)
+        costs, prog = OpCosts(plan, scenario, _profile().topology(2, "fp32")), plan.programs[0]
+        for phase, (overhead, rate) in (("fwd", (100e-6, 50e9)), ("bwd", (200e-6, 40e9))):
+            pieces = [op for op in prog.ops if getattr(op, "phase", "") == phase and op.unit == 1
+                      and op.microbatch == 0]
+            assert len(pieces) == (4 if sp else 2) and all(op.part for op in pieces)
+            shares = [costs.compute_time(prog, op) - op.flops / rate for op in pieces]
+            assert sum(shares) == pytest.approx(overhead) and all(0 < s < overhead for s in shares)
+
+
 def test_the_cores_are_shared_by_the_ranks_computing_at_the_moment():
     """Processor sharing, by hand: with 2 computing each takes 2x (the table). A (1 s of work) starts at
     0, B (1 s) at 0.5: A alone to 0.5, both at half speed to 1.5 (A done), B alone for its last 0.5 s;
@@ -151,6 +170,21 @@ def test_collective_costs_fit_a_wake_a_step_latency_and_a_bandwidth():
     below = [dict(r, seconds=r["seconds"] - 1.5e-3) for r in collectives]  # an intercept below zero: fixed at 0
     wake, handoff, alpha, bandwidth = fit_collective_costs(below)
     assert wake == 0.0 == handoff and alpha > 0 and bandwidth > 0
+
+
+def test_pattern_rows_take_the_resume_off_what_the_calls_cost():
+    """Each repetition of the pattern's loop computes once after its calls, and that compute pays the
+    resume; the simulator charges the resume to the compute, so the calls' rows must not hold it too."""
+    from simpar.calibrate import PATTERN_SIZES, SERIES, pattern_rows
+    from simpar.calibrate.bench import PATTERN_OPS
+
+    timings = {f"{op}{size}x{calls}": [calls * 1e-3 + 4e-4, calls * 1e-3 + 5e-4, 9.0]
+               for op in PATTERN_OPS for size in PATTERN_SIZES for calls in (1, SERIES)}
+    rows = pattern_rows([{"pattern": timings}], 2, resume=5e-4)
+    assert len(rows) == len(PATTERN_OPS) * len(PATTERN_SIZES) * 2
+    for row in rows:  # the median round (calls ms + 0.5 ms) less the resume
+        assert row["seconds"] == pytest.approx(row["calls"] * 1e-3)
+    assert all(r["seconds"] == 0.0 for r in pattern_rows([{"pattern": timings}], 2, resume=1.0))  # never below 0
 
 
 def _woken(world: int = 2):

@@ -1,9 +1,11 @@
 """Compute per unit: the calibrated profile against the executor's own forward and backward.
 
     python benchmarks/executor_compute.py [--models tiny-deep,small] [--batches 1,2,4] [--gpus 2] [--repeats 3]
+                                          [--strategy ddp|tp]
 
 Target (issue 16): each kind of unit's forward and backward within 10 % of what the executor
-measures inside a real step, at micro-batches 1-4, for tiny-deep and small. Runs DDP for real
+measures inside a real step, at micro-batches 1-4, for tiny-deep and small. Runs DDP (or tp: its
+pieces of a layer, attention and MLP, each timed as one op) for real
 (``--repeats`` runs of 6 steps each, every rank's last step), takes the mean time per unit kind
 (embedding, layer, head) and phase, and prints it beside what the simulator prices with this
 machine's profile (``simpar calibrate`` first if there is none). Nothing here is fitted: the
@@ -44,6 +46,7 @@ def main() -> None:
     parser.add_argument("--batches", default="1,2,4")
     parser.add_argument("--gpus", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--strategy", default="ddp", choices=("ddp", "tp"))
     args = parser.parse_args()
     path = default_path("fp32")
     if not path.exists():
@@ -51,12 +54,12 @@ def main() -> None:
         calibrate("fp32").save(str(path))
     profile = HardwareProfile.load(str(path))
     errors = []
-    print(f"profile {path}; DDP on {args.gpus} ranks, {args.repeats} runs per case")
+    print(f"profile {path}; {args.strategy} on {args.gpus} ranks, {args.repeats} runs per case")
     print(f"{'model':<10} {'b':>2} {'unit':<9} {'phase':<4} {'simulated':>10} {'measured':>10} {'error':>8}")
     for name in args.models.split(","):
         spec = model(name)
         for b in (int(x) for x in args.batches.split(",")):
-            scenario = make_scenario(spec, "ddp", args.gpus, micro_batch=b, precision="fp32", topology="cpu-host")
+            scenario = make_scenario(spec, args.strategy, args.gpus, micro_batch=b, precision="fp32", topology="cpu-host")
             plan = build_plan(scenario)
             sim = simulate(scenario, topology=profile.topology(args.gpus, "fp32"), serial=True).to_json(ops=True)
             simulated = per_unit(sim["op_timeline"], plan, spec)

@@ -187,6 +187,20 @@ def test_pattern_rows_take_the_resume_off_what_the_calls_cost():
     assert all(r["seconds"] == 0.0 for r in pattern_rows([{"pattern": timings}], 2, resume=1.0))  # never below 0
 
 
+def test_compute_passes_are_averaged_unit_by_unit():
+    """Compute is timed in several passes spread over the calibration (the machine drifts): each unit's
+    forward and backward is the mean of its passes, each pass kept for the record."""
+    from simpar.calibrate import average_passes
+
+    row = {"model": "tiny", "batch": 1, "unit": "layer", "fwd_flops": 1.0, "bwd_flops": 2.0}
+    passes = [[dict(row, fwd_s=1e-3, bwd_s=2e-3), dict(row, unit="head", fwd_s=5e-4, bwd_s=6e-4)],
+              [dict(row, fwd_s=2e-3, bwd_s=4e-3), dict(row, unit="head", fwd_s=7e-4, bwd_s=1e-3)]]
+    layer, head = average_passes(passes)
+    assert (layer["unit"], layer["fwd_s"], layer["bwd_s"]) == ("layer", pytest.approx(1.5e-3), pytest.approx(3e-3))
+    assert (head["fwd_s"], head["bwd_s"]) == (pytest.approx(6e-4), pytest.approx(8e-4))
+    assert layer["passes_fwd_s"] == [1e-3, 2e-3] and passes[0][0]["fwd_s"] == 1e-3  # inputs untouched
+
+
 def _woken(world: int = 2):
     profile = _profile()
     profile.wake, profile.resume = {"2": 1.5e-3, "4": 0.0}, {"2": 2e-4, "4": 0.0}

@@ -1,6 +1,7 @@
 """``simpar calibrate``: measure this machine with micro-benchmarks and fit a hardware profile.
 
-One rank alone (compute of every unit kind at several sizes; optimizer steps and copies), then
+One rank alone (compute of every unit kind at several sizes, timed again after each world size and
+averaged, as the machine's speed drifts; optimizer steps and copies), then
 k = 2, 4, 8... ranks at once: the executor's ring all-gather back to back by message size (for the
 record), and its all-gather and all-reduce in the step's pattern (a unit's compute, then one or
 several calls in a row), which the collective costs and the compute slowdown inside a step are
@@ -55,14 +56,30 @@ def pattern_rows(ranks: list[dict], world: int, resume: float = 0.0) -> list[dic
             for op in PATTERN_OPS for size in PATTERN_SIZES for calls in (1, SERIES)]
 
 
+def average_passes(passes: list[list[dict]]) -> list[dict]:
+    """The rows of several ``compute_worker`` passes (the same units, in the same order) with each
+    unit's forward and backward seconds averaged over the passes; ``passes_fwd_s`` / ``passes_bwd_s``
+    keep each pass's, for the record."""
+    rows = []
+    for same in zip(*passes):
+        row = dict(same[0])
+        for phase in ("fwd_s", "bwd_s"):
+            row[f"passes_{phase}"] = [r[phase] for r in same]
+            row[phase] = statistics.fmean(row[f"passes_{phase}"])
+        rows.append(row)
+    return rows
+
+
 def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repeats: int = 10,
               timeout: float = 600.0, progress=None) -> HardwareProfile:
     """Run the micro-benchmarks and fit; ``progress(message)`` is told each stage."""
     say = progress or (lambda message: None)
     say("compute and optimizer, one rank")
-    alone = launch(compute_worker, 1, (MODELS, BATCHES, precision, repeats), timeout=timeout)[0]
+    # compute is timed again after each world size below and the times averaged: this machine's speed
+    # drifts by tens of percent over minutes (a snapshot once at the start came out 2x fast in one
+    # calibration and priced every strategy 30-50 % short)
+    passes = [launch(compute_worker, 1, (MODELS, BATCHES, precision, repeats), timeout=timeout)[0]]
     host = launch(host_worker, 1, (OPTIMIZER_PARAMS, repeats), timeout=timeout)[0]
-    compute = {phase: fit_unit_costs(alone, phase) for phase in ("fwd", "bwd")}
     slowdown, ring, wake, handoff, resume, resume_after_recv, shared = {"1": 1.0}, {}, {}, {}, {}, {}, {}
     for world in worlds:
         say(f"{world} ranks at once: compute and ring steps")
@@ -90,6 +107,10 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
                               "pattern_compute_without_calls": without, "burst_together": burst["together"],
                               "relay": ranks[0]["relay"],
                               "back_to_back": [alpha, 1.0 / seconds_per_byte if seconds_per_byte else 1e12]}
+        say(f"compute, one rank (pass {len(passes) + 1})")
+        passes.append(launch(compute_worker, 1, (MODELS, BATCHES, precision, repeats), timeout=timeout)[0])
+    alone = average_passes(passes)
+    compute = {phase: fit_unit_costs(alone, phase) for phase in ("fwd", "bwd")}
     rates = {}
     for name in ("adam", "sgd"):
         rows = [s for s in host["steps"] if s["optimizer"] == name]

@@ -172,6 +172,30 @@ def test_collective_costs_fit_a_wake_a_step_latency_and_a_bandwidth():
     assert wake == 0.0 == handoff and alpha > 0 and bandwidth > 0
 
 
+def test_a_measured_wake_is_taken_as_given_and_the_steps_fitted_around_it():
+    from simpar.calibrate.profile import fit_collective_costs
+
+    rows = [{"op": "allgather", "calls": m, "steps": k, "step_bytes": b,
+             "seconds": 0.2e-3 + m * k * (300e-6 + b / 2e9)} for m in (1, 4) for k in (1, 2) for b in (2e3, 1e6)]
+    assert fit_collective_costs(rows, wake=0.2e-3) == pytest.approx((0.2e-3, 0.0, 300e-6, 2e9))
+    wake, _, alpha, _ = fit_collective_costs(rows, wake=0.0)  # told none: the steps take what the wake was
+    assert wake == 0.0 and alpha > 300e-6
+
+
+def test_series_wake_is_the_first_calls_extra_from_the_ranks_mean_compute_end():
+    """Two ranks, two repetitions of a compute then 4 calls (clock times in ms): rank 1 ends computing
+    1 ms after rank 0; the first call ends 2.5 ms after their mean end, each next call takes 2 ms: the
+    first pays 0.5 ms more (the wait for rank 1). The second repetition pays 1.5 ms more: the mean."""
+    from simpar.calibrate.bench import series_wake
+
+    ms = lambda *t: [x * 1e-3 for x in t]
+    rank0 = [ms(0, 3, 5, 7, 9), ms(10, 14, 16, 18, 20)]
+    rank1 = [ms(1, 3, 5, 7, 9), ms(11, 14, 16, 18, 20)]
+    assert series_wake([rank0, rank1]) == pytest.approx(1.0e-3)
+    assert series_wake([[ms(0, 1, 3, 5)], [ms(0, 1, 3, 5)]]) == 0.0  # a first call cheaper than the next: 0
+    assert series_wake([[], []]) == 0.0
+
+
 def test_pattern_rows_take_the_resume_off_what_the_calls_cost():
     """Each repetition of the pattern's loop computes once after its calls, and that compute pays the
     resume; the simulator charges the resume to the compute, so the calls' rows must not hold it too."""

@@ -16,7 +16,7 @@ import statistics
 from pathlib import Path
 
 from simpar.calibrate.bench import (PATTERN_OPS, SERIES, burst_worker, compute_worker, host_worker, pattern_worker,
-                                   relay_worker, ring_steps, ring_worker)
+                                   relay_worker, ring_steps, ring_worker, series_wake)
 from simpar.calibrate.profile import HardwareProfile, fit_collective_costs, fit_line, fit_unit_costs, machine_id
 from simpar.real.launch import launch
 
@@ -101,9 +101,13 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
         steps = [t / (world - 1) for t in gathers]
         alpha, seconds_per_byte = fit_line([row["bytes"] / world for row in ranks[0]["ring"]], steps)
         rows = pattern_rows(ranks, world, resume[str(world)])
-        wake[str(world)], handoff[str(world)], step_alpha, bandwidth = fit_collective_costs(rows)
+        # the first call's extra, timed inside each repetition (a fit of 1 call against 4 in a row split it
+        # from the step latency anywhere between 0 and 1.9 ms at 2 ranks as the machine drifted)
+        measured_wake = series_wake([r["pattern"]["series"] for r in ranks])
+        wake[str(world)], handoff[str(world)], step_alpha, bandwidth = fit_collective_costs(rows, measured_wake)
         ring[str(world)] = [step_alpha, bandwidth]
         shared[str(world)] = {"ring_seconds": steps, "pattern": rows, "pattern_compute": inside,
+                              "wake_fitted_with_the_steps": fit_collective_costs(rows)[0],
                               "pattern_compute_without_calls": without, "burst_together": burst["together"],
                               "relay": ranks[0]["relay"],
                               "back_to_back": [alpha, 1.0 / seconds_per_byte if seconds_per_byte else 1e12]}

@@ -132,8 +132,10 @@ def pattern_worker(ctx, sizes: list[int], repeats: int, rounds: int = 5) -> dict
     repetition is everything the step pays for its m calls, the wait for a peer still computing and
     the wake-up of a blocked receive included. {"base": [s per compute alone, every round],
     "<op><bytes>x<m>": [s of m calls beyond the compute, per round], "compute": [s of each compute
-    burst that followed a call], "compute_base": [s of each burst of the loops without calls]}: the
-    difference of the last two is what a unit computed right after a call pays more (resume), both
+    burst that followed a call], "compute_base": [s of each burst of the loops without calls], "series":
+    [[compute end, end of each call] per repetition of the collectives' series, clock times]}: the
+    timestamps, taken by every rank on the machine's one monotonic clock, give ``series_wake``; the
+    difference of compute and compute_base is what a unit computed right after a call pays more (resume), both
     with every rank computing at once and taken minutes apart at most, round by round (against
     ``burst_worker``'s one rank alone, launched separately, the machine's drift read +1.2 ms at 2 ranks
     where a step's computes after a call paid none)."""
@@ -142,24 +144,29 @@ def pattern_worker(ctx, sizes: list[int], repeats: int, rounds: int = 5) -> dict
     reps = max(4, 4 * repeats // n)  # more ranks than cores make every call slower: fewer of them
 
     bursts: dict[bool, list[float]] = {True: [], False: []}  # after calls?
+    series: list[list[float]] = []  # per repetition of a collective's series: [compute end, each call's end]
 
-    def loop(collective, calls: int) -> float:
+    def loop(collective, calls: int, marks: bool = False) -> float:
         dist.barrier()
         start = time.perf_counter()
         for _ in range(reps):
             began = time.perf_counter()
             unit()
-            bursts[bool(calls)].append(time.perf_counter() - began)
+            ends = [time.perf_counter()]
+            bursts[bool(calls)].append(ends[0] - began)
             for _ in range(calls):
                 collective()
+                ends.append(time.perf_counter())
+            if marks:
+                series.append(ends)
         dist.barrier()
         return (time.perf_counter() - start) / reps
 
-    out = {"base": [], "compute": bursts[True], "compute_base": bursts[False]}
+    out = {"base": [], "compute": bursts[True], "compute_base": bursts[False], "series": series}
 
-    def beyond_compute(collective, calls: int) -> float:
+    def beyond_compute(collective, calls: int, marks: bool) -> float:
         out["base"].append(loop(lambda: None, 0))
-        return loop(collective, calls) - out["base"][-1]
+        return loop(collective, calls, marks) - out["base"][-1]
 
     loop(lambda: None, 0)  # warm-up
     bursts[False].clear()
@@ -172,8 +179,25 @@ def pattern_worker(ctx, sizes: list[int], repeats: int, rounds: int = 5) -> dict
                     "allreduce": lambda: comm.ring_all_reduce(flat, group),
                     "handoff": lambda: _handoff(comm, flat, ctx.rank, n)}[op]
             for calls in (1, SERIES):
-                out[f"{op}{size}x{calls}"] = [beyond_compute(call, calls) for _ in range(rounds)]
+                marks = calls > 1 and op != "handoff"
+                out[f"{op}{size}x{calls}"] = [beyond_compute(call, calls, marks) for _ in range(rounds)]
     return out
+
+
+def series_wake(series_by_rank: list[list[list[float]]]) -> float:
+    """What the first of a series of calls after computing pays beyond each call after it, from
+    ``pattern_worker``'s timestamps (every rank's list of [compute end, each call's end], repetition by
+    repetition): per repetition, the first call's end less the compute's end, averaged over the ranks
+    as the simulator's one compute end stands for theirs, less the mean of the calls after it; the mean
+    over repetitions. Paired inside each repetition, it does not move with the machine's drift, as the
+    difference of a loop of 1 call and one of 4, taken seconds apart, did (0-1.9 ms at 2 ranks over six
+    calibrations); it holds both the wait for the slowest rank and a slow first call."""
+    extra = []
+    for marks in zip(*series_by_rank):  # one repetition, every rank
+        first = statistics.fmean(m[1] - m[0] for m in marks)
+        after = statistics.fmean((m[-1] - m[1]) / (len(m) - 2) for m in marks)
+        extra.append(first - after)
+    return max(statistics.fmean(extra), 0.0) if extra else 0.0
 
 
 def _handoff(comm: CountingComm, tensor: torch.Tensor, rank: int, world: int) -> None:

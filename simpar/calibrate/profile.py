@@ -73,17 +73,21 @@ def fit_unit_costs(rows: list[dict], phase: str) -> list[float]:
     return [float(c) for c in coefficients[:-1]] + [1.0 / per_flop]
 
 
-def fit_collective_costs(rows: list[dict]) -> tuple[float, float, float, float]:
+def fit_collective_costs(rows: list[dict], wake: float | None = None) -> tuple[float, float, float, float]:
     """(wake seconds, handoff wake seconds, per-step seconds, bytes/s) of ``seconds = wake[op] + calls x
     steps (alpha + step_bytes / bandwidth)`` (a compute burst, then ``calls`` collectives of ``steps``
     ring steps in a row, or ``calls`` pipeline handoffs of one step each) fitted to ``rows`` by least
     squares: one step latency and bandwidth for both (a handoff is one exchange with a neighbour, as a
     ring step is), a wake of their own (a collective's first call waits for the slowest of its whole
-    group to finish computing, a handoff for one neighbour). A term that fits below zero (noise) is
+    group to finish computing, a handoff for one neighbour). A collective ``wake`` measured apart
+    (``series_wake``) is taken as given instead of fitted. A term that fits below zero (noise) is
     fixed at zero and the others refitted; a handoff wake without handoff rows is 0."""
     design = np.array([[float(r["op"] != "handoff"), float(r["op"] == "handoff"), r.get("calls", 1) * r["steps"],
                         r.get("calls", 1) * r["steps"] * r["step_bytes"]] for r in rows])
     seconds = np.array([r["seconds"] for r in rows])
+    if wake is not None:
+        seconds = seconds - wake * design[:, 0]
+        design[:, 0] = 0.0
     free = [i for i in range(4) if design[:, i].any()]
     while True:
         coefficients = np.zeros(4)
@@ -92,8 +96,8 @@ def fit_collective_costs(rows: list[dict]) -> tuple[float, float, float, float]:
         if not negative:
             break
         free.remove(min(negative, key=lambda i: coefficients[i]))
-    wake, handoff, alpha, per_byte = (float(c) for c in coefficients)
-    return wake, handoff, alpha, 1.0 / per_byte if per_byte > 0 else 1e12
+    fitted, handoff, alpha, per_byte = (float(c) for c in coefficients)
+    return (fitted if wake is None else wake), handoff, alpha, 1.0 / per_byte if per_byte > 0 else 1e12
 
 
 def machine_id() -> dict:

@@ -42,13 +42,6 @@ def _timed(fn, repeats: int) -> float:
     return max(statistics.median(rounds) - barrier, 0.0) / repeats
 
 
-def _trimmed_mean(seconds: list[float]) -> float:
-    """The mean without the fastest and slowest tenth (a timer tick, a page fault)."""
-    seconds = sorted(seconds)
-    cut = len(seconds) // 10
-    return statistics.fmean(seconds[cut:len(seconds) - cut])
-
-
 def compute_worker(ctx, models: list[str], batches: list[int], precision: str, repeats: int) -> list[dict]:
     """Forward and backward time of each kind of unit, with the FLOPs the simulator prices it at, as
     the executor itself performs them: its own step (RankExecutor) on one rank under DDP, so nothing
@@ -79,8 +72,8 @@ def compute_worker(ctx, models: list[str], batches: list[int], precision: str, r
             for kind, unit in (("embedding", 0), ("layer", 1), ("head", work.num_units - 1)):
                 u = work.units[unit]
                 rows.append({"model": name, "batch": b, "unit": kind, "fwd_flops": u.fwd_flops,
-                             "bwd_flops": u.bwd_flops, "fwd_s": _trimmed_mean(seconds[(kind, "fwd")]),
-                             "bwd_s": _trimmed_mean(seconds[(kind, "bwd")])})
+                             "bwd_flops": u.bwd_flops, "fwd_s": statistics.fmean(seconds[(kind, "fwd")]),
+                             "bwd_s": statistics.fmean(seconds[(kind, "bwd")])})
     return rows
 
 

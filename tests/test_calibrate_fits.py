@@ -1,0 +1,74 @@
+"""Fits of the calibration's micro-benchmark results: the collective costs of the step's pattern, the
+first call's timed extra, the resume taken off the calls, compute passes averaged."""
+
+import pytest
+
+
+def test_collective_costs_fit_a_wake_a_step_latency_and_a_bandwidth():
+    """A burst, then 1 or 4 calls in a row: the wake is paid once (a collective's and a pipeline
+    handoff's their own), every step its latency and bytes."""
+    from simpar.calibrate.profile import fit_collective_costs
+
+    rows = [{"op": op, "calls": m, "steps": k, "step_bytes": b,
+             "seconds": (1.2e-3 if op == "allgather" else 0.4e-3) + m * k * (300e-6 + b / 2e9)}
+            for op, steps in (("allgather", (1, 2)), ("handoff", (1,))) for m in (1, 4) for k in steps
+            for b in (2e3, 1.3e5, 1e6)]
+    assert fit_collective_costs(rows) == pytest.approx((1.2e-3, 0.4e-3, 300e-6, 2e9))
+    collectives = [r for r in rows if r["op"] != "handoff"]  # no handoff measured: its wake is 0
+    assert fit_collective_costs(collectives) == pytest.approx((1.2e-3, 0.0, 300e-6, 2e9))
+    below = [dict(r, seconds=r["seconds"] - 1.5e-3) for r in collectives]  # an intercept below zero: fixed at 0
+    wake, handoff, alpha, bandwidth = fit_collective_costs(below)
+    assert wake == 0.0 == handoff and alpha > 0 and bandwidth > 0
+
+
+def test_a_measured_wake_is_taken_as_given_and_the_steps_fitted_around_it():
+    from simpar.calibrate.profile import fit_collective_costs
+
+    rows = [{"op": "allgather", "calls": m, "steps": k, "step_bytes": b,
+             "seconds": 0.2e-3 + m * k * (300e-6 + b / 2e9)} for m in (1, 4) for k in (1, 2) for b in (2e3, 1e6)]
+    assert fit_collective_costs(rows, wake=0.2e-3) == pytest.approx((0.2e-3, 0.0, 300e-6, 2e9))
+    wake, _, alpha, _ = fit_collective_costs(rows, wake=0.0)  # told none: the steps take what the wake was
+    assert wake == 0.0 and alpha > 300e-6
+
+
+def test_series_wake_is_the_first_calls_extra_from_the_ranks_mean_compute_end():
+    """Two ranks, two repetitions of a compute then 4 calls (clock times in ms): rank 1 ends computing
+    1 ms after rank 0; the first call ends 2.5 ms after their mean end, each next call takes 2 ms: the
+    first pays 0.5 ms more (the wait for rank 1). The second repetition pays 1.5 ms more: the mean."""
+    from simpar.calibrate.bench import series_wake
+
+    ms = lambda *t: [x * 1e-3 for x in t]
+    rank0 = [ms(0, 3, 5, 7, 9), ms(10, 14, 16, 18, 20)]
+    rank1 = [ms(1, 3, 5, 7, 9), ms(11, 14, 16, 18, 20)]
+    assert series_wake([rank0, rank1]) == pytest.approx(1.0e-3)
+    assert series_wake([[ms(0, 1, 3, 5)], [ms(0, 1, 3, 5)]]) == 0.0  # a first call cheaper than the next: 0
+    assert series_wake([[], []]) == 0.0
+
+
+def test_pattern_rows_take_the_resume_off_what_the_calls_cost():
+    """Each repetition of the pattern's loop computes once after its calls, and that compute pays the
+    resume; the simulator charges the resume to the compute, so the calls' rows must not hold it too."""
+    from simpar.calibrate import PATTERN_SIZES, SERIES, pattern_rows
+    from simpar.calibrate.bench import PATTERN_OPS
+
+    timings = {f"{op}{size}x{calls}": [calls * 1e-3 + 4e-4, calls * 1e-3 + 5e-4, 9.0]
+               for op in PATTERN_OPS for size in PATTERN_SIZES for calls in (1, SERIES)}
+    rows = pattern_rows([{"pattern": timings}], 2, resume=5e-4)
+    assert len(rows) == len(PATTERN_OPS) * len(PATTERN_SIZES) * 2
+    for row in rows:  # the median round (calls ms + 0.5 ms) less the resume
+        assert row["seconds"] == pytest.approx(row["calls"] * 1e-3)
+    assert all(r["seconds"] == 0.0 for r in pattern_rows([{"pattern": timings}], 2, resume=1.0))  # never below 0
+
+
+def test_compute_passes_are_averaged_unit_by_unit():
+    """Compute is timed in several passes spread over the calibration (the machine drifts): each unit's
+    forward and backward is the mean of its passes, each pass kept for the record."""
+    from simpar.calibrate import average_passes
+
+    row = {"model": "tiny", "batch": 1, "unit": "layer", "fwd_flops": 1.0, "bwd_flops": 2.0}
+    passes = [[dict(row, fwd_s=1e-3, bwd_s=2e-3), dict(row, unit="head", fwd_s=5e-4, bwd_s=6e-4)],
+              [dict(row, fwd_s=2e-3, bwd_s=4e-3), dict(row, unit="head", fwd_s=7e-4, bwd_s=1e-3)]]
+    layer, head = average_passes(passes)
+    assert (layer["unit"], layer["fwd_s"], layer["bwd_s"]) == ("layer", pytest.approx(1.5e-3), pytest.approx(3e-3))
+    assert (head["fwd_s"], head["bwd_s"]) == (pytest.approx(6e-4), pytest.approx(8e-4))
+    assert layer["passes_fwd_s"] == [1e-3, 2e-3] and passes[0][0]["fwd_s"] == 1e-3  # inputs untouched

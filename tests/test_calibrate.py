@@ -229,6 +229,37 @@ def test_calls_back_to_back_pay_no_wake_and_the_fast_path_prices_wakes_as_the_fu
             assert fast.step_time_s == pytest.approx(full.step_time_s, rel=1e-9), strategy
 
 
+def test_a_collective_after_a_longer_compute_pays_a_wake_grown_by_that_compute():
+    """DDP on 4 ranks sharing 2 cores, one bucket: the all-reduce comes after the whole step's compute
+    (the optimizer step before it counted round the step). With a wake that grows 0.2 s per s of compute
+    beyond 3 ms, the step is longer by exactly 0.2 x (that compute's simulated time - 3 ms), read off the
+    simulation's own timeline of the step without growth. A phase shorter than 3 ms pays no more."""
+    from simpar.plan import Collective, Compute
+    from simpar.sim.op_costs import OpCosts
+    from simpar.sim.runner import Simulator
+    from simpar.strategies import build_plan
+
+    scenario = make_scenario(model("tiny-deep"), "ddp", 4, micro_batch=2, precision="fp32", topology="cpu-host")
+    plan = build_plan(scenario)
+    calls = [op for op in plan.programs[0].ops if isinstance(op, Collective)]
+    assert len(calls) == 1
+
+    def simulator(growth: float, phase: float = 3e-3) -> Simulator:
+        profile = _profile()
+        profile.wake, profile.wake_growth, profile.wake_phase = {"4": 1e-3}, {"4": growth}, {"4": phase}
+        sim = Simulator(plan, scenario, profile.topology(4, "fp32"), serial=True)
+        sim.run()
+        return sim
+
+    plain, grown = simulator(0.0), simulator(0.2)
+    computed = sum(plain.times[0][op.id][2] - plain.times[0][op.id][1]
+                   for op in plan.programs[0].ops if isinstance(op, Compute))
+    assert computed > 3e-3
+    assert grown.env.now - plain.env.now == pytest.approx(0.2 * (computed - 3e-3), rel=1e-6)
+    assert OpCosts(plan, scenario, grown.topology).wake(0, calls[0]) == pytest.approx(1e-3 + 0.2 * (computed - 3e-3))
+    assert simulator(0.2, phase=computed + 1e-3).env.now == pytest.approx(plain.env.now, rel=1e-12)
+
+
 def test_bad_profiles_and_flags_are_one_line_errors(tmp_path, cli):
     bad = tmp_path / "bad.json"
     bad.write_text("{}")

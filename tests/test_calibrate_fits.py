@@ -72,3 +72,22 @@ def test_compute_passes_are_averaged_unit_by_unit():
     assert (layer["unit"], layer["fwd_s"], layer["bwd_s"]) == ("layer", pytest.approx(1.5e-3), pytest.approx(3e-3))
     assert (head["fwd_s"], head["bwd_s"]) == (pytest.approx(6e-4), pytest.approx(8e-4))
     assert layer["passes_fwd_s"] == [1e-3, 2e-3] and passes[0][0]["fwd_s"] == 1e-3  # inputs untouched
+
+
+def test_wake_growth_is_the_calls_extra_per_second_of_compute_between_the_short_and_long_phase():
+    """Two ranks, clock times in ms, [compute start, compute end, call end]: after one unit (3 ms of
+    compute on average) the call takes 10 ms; after eight (33 ms) 16 ms: 6 ms more for 30 ms more
+    compute, 0.2 s per s, beyond the short phase's 3 ms. A call no dearer after the long phase: 0."""
+    from simpar.calibrate import LONG_PHASE, wake_growth
+    from simpar.calibrate.bench import phase_cost
+
+    ms = lambda *t: [x * 1e-3 for x in t]
+    ranks = [{"phases": {"1": [ms(0, 2, 13), ms(20, 22, 33)], str(LONG_PHASE): [ms(40, 72, 89)]}},
+             {"phases": {"1": [ms(0, 4, 13), ms(20, 24, 33)], str(LONG_PHASE): [ms(40, 74, 89)]}}]
+    assert phase_cost([r["phases"]["1"] for r in ranks]) == pytest.approx((3e-3, 10e-3))
+    growth, short, record = wake_growth(ranks)
+    assert growth == pytest.approx(0.2) and short == pytest.approx(3e-3)
+    assert record["call_s"] == pytest.approx([10e-3, 16e-3])
+    for r in ranks:
+        r["phases"][str(LONG_PHASE)] = [ms(40, 73, 80)]  # 7 ms: cheaper after the long phase
+    assert wake_growth(ranks)[0] == 0.0

@@ -15,8 +15,9 @@ import os
 import statistics
 from pathlib import Path
 
-from simpar.calibrate.bench import (PATTERN_OPS, SERIES, burst_worker, compute_worker, host_worker, pattern_worker,
-                                   relay_worker, ring_steps, ring_worker, series_wake)
+from simpar.calibrate.bench import (LONG_PHASE, PATTERN_OPS, SERIES, burst_worker, compute_worker, host_worker,
+                                   pattern_worker, phase_cost, phase_worker, relay_worker, ring_steps, ring_worker,
+                                   series_wake)
 from simpar.calibrate.profile import HardwareProfile, fit_collective_costs, fit_line, fit_unit_costs, machine_id
 from simpar.real.launch import launch
 
@@ -24,6 +25,7 @@ MODELS = ["tiny", "small"]
 BATCHES = [1, 2, 4]
 RING_SIZES = [2**k for k in range(12, 22)]  # 4 KiB to 2 MiB
 PATTERN_SIZES = [2**12, 2**18, 2**21]  # 4 KiB to 2 MiB: a TP activation to a DDP bucket
+PHASE_SIZE = 2**18  # the all-reduce after phase_worker's short and long compute
 OPTIMIZER_PARAMS = [2**14, 2**18, 2**20]
 
 
@@ -41,7 +43,19 @@ def gpu_default_path(preset: str) -> Path:
 def _both(ctx, precision: str, repeats: int) -> dict:
     return {"ring": ring_worker(ctx, RING_SIZES, repeats),
             "pattern": pattern_worker(ctx, PATTERN_SIZES, repeats),
-            "relay": relay_worker(ctx, 3 * repeats)}
+            "relay": relay_worker(ctx, 3 * repeats),
+            "phases": phase_worker(ctx, PHASE_SIZE)}
+
+
+def wake_growth(ranks: list[dict]) -> tuple[float, float, dict]:
+    """(seconds a call's cost grows per second of compute before it, the short phase's compute, the
+    record) from ``phase_worker``'s two loops: the line through (compute, call) after one unit and after
+    ``LONG_PHASE`` units; below zero (no growth, noise) it is 0."""
+    (short, short_call), (long, long_call) = (phase_cost([r["phases"][k] for r in ranks])
+                                              for k in ("1", str(LONG_PHASE)))
+    growth = (long_call - short_call) / (long - short) if long > short else 0.0
+    record = {"phase_s": [short, long], "call_s": [short_call, long_call]}
+    return max(growth, 0.0), short, record
 
 
 def pattern_rows(ranks: list[dict], world: int, resume: float = 0.0) -> list[dict]:
@@ -81,6 +95,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
     passes = [launch(compute_worker, 1, (MODELS, BATCHES, precision, repeats), timeout=timeout)[0]]
     host = launch(host_worker, 1, (OPTIMIZER_PARAMS, repeats), timeout=timeout)[0]
     slowdown, ring, wake, handoff, resume, resume_after_recv, shared = {"1": 1.0}, {}, {}, {}, {}, {}, {}
+    growth, phase = {}, {}
     for world in worlds:
         say(f"{world} ranks at once: compute and ring steps")
         ranks = launch(_both, world, (precision, repeats), timeout=timeout)
@@ -106,10 +121,12 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
         measured_wake = series_wake([r["pattern"]["series"] for r in ranks])
         wake[str(world)], handoff[str(world)], step_alpha, bandwidth = fit_collective_costs(rows, measured_wake)
         ring[str(world)] = [step_alpha, bandwidth]
+        # ... and how much more a call costs after a longer compute (the wait for the slowest rank grows)
+        growth[str(world)], phase[str(world)], phases = wake_growth(ranks)
         shared[str(world)] = {"ring_seconds": steps, "pattern": rows, "pattern_compute": inside,
                               "wake_fitted_with_the_steps": fit_collective_costs(rows)[0],
                               "pattern_compute_without_calls": without, "burst_together": burst["together"],
-                              "relay": ranks[0]["relay"],
+                              "relay": ranks[0]["relay"], "phases": phases,
                               "back_to_back": [alpha, 1.0 / seconds_per_byte if seconds_per_byte else 1e12]}
         say(f"compute, one rank (pass {len(passes) + 1})")
         passes.append(launch(compute_worker, 1, (MODELS, BATCHES, precision, repeats), timeout=timeout)[0])
@@ -122,7 +139,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
         rates[name] = 1.0 / seconds_per_param if seconds_per_param else 1e10
     _, seconds_per_byte = fit_line([c["bytes"] for c in host["copies"]], [c["seconds"] for c in host["copies"]])
     return HardwareProfile(machine=machine_id(), compute={precision: compute}, slowdown=slowdown, ring=ring,
-                           wake=wake, handoff=handoff, resume=resume, resume_after_recv=resume_after_recv,
+                           wake=wake, wake_growth=growth, wake_phase=phase, handoff=handoff, resume=resume, resume_after_recv=resume_after_recv,
                            optimizer_params_per_s=rates,
                            copy_bytes_per_s=1.0 / seconds_per_byte if seconds_per_byte else 1e11,
                            samples={"compute": alone, "host": host, "shared": shared,

@@ -193,6 +193,49 @@ def series_wake(series_by_rank: list[list[list[float]]]) -> float:
     return max(statistics.fmean(extra), 0.0) if extra else 0.0
 
 
+LONG_PHASE = 8  # units computed before a call in phase_worker's long loops: a data-parallel step's backward
+
+
+def phase_worker(ctx, size: int, repeats: int = 5, rounds: int = 4) -> dict:
+    """How a call's cost grows with the compute before it: ``pattern_worker``'s unit computed once or
+    ``LONG_PHASE`` times in a row, then one all-reduce of ``size`` bytes (the executor's ring), every
+    rank at once; the two loops interleaved round by round against the machine's drift. {"1": [...],
+    "8": [...]}: per repetition [compute start, compute end, call end] on the machine's one monotonic
+    clock (``phase_cost``). With more ranks than cores the scheduler hands the cores out in time
+    slices, unevenly, so the ranks leave a long phase further apart and the call waits for the
+    slowest: at 4 ranks on 2 cores a DDP step's backward (about 45 ms) left its ranks 4-17 ms apart,
+    where a unit's compute (about 6 ms) left them 2.6 ms apart."""
+    comm, group = CountingComm(ctx.rank), list(range(ctx.world))
+    unit = _unit_burst()
+    flat = torch.zeros(max(size // 4, ctx.world))
+    marks: dict[str, list[list[float]]] = {"1": [], str(LONG_PHASE): []}
+    for _ in range(3):  # warm up: a fresh process's first backward takes tens of milliseconds
+        unit()
+    comm.ring_all_reduce(flat, group)  # and the connections
+    for _ in range(rounds):
+        for units in (1, LONG_PHASE):
+            dist.barrier()
+            for _ in range(repeats):
+                start = time.perf_counter()
+                for _ in range(units):
+                    unit()
+                computed = time.perf_counter()
+                comm.ring_all_reduce(flat, group)
+                marks[str(units)].append([start, computed, time.perf_counter()])
+    return marks
+
+
+def phase_cost(marks_by_rank: list[list[list[float]]]) -> tuple[float, float]:
+    """(seconds of compute, seconds of the call after it) from ``phase_worker``'s marks of one loop kind
+    (every rank's list, repetition by repetition): each the mean over ranks, as the simulator's one
+    compute end and one call stand for all of theirs, then over repetitions."""
+    phases, calls = [], []
+    for marks in zip(*marks_by_rank):
+        phases.append(statistics.fmean(m[1] - m[0] for m in marks))
+        calls.append(statistics.fmean(m[2] - m[1] for m in marks))
+    return statistics.fmean(phases), statistics.fmean(calls)
+
+
 def _handoff(comm: CountingComm, tensor: torch.Tensor, rank: int, world: int) -> None:
     """What a pipeline stage does between two computes: ``isend`` on to the next rank (the executor's
     own call, waited on later), a blocking receive from the one behind."""

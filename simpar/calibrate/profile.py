@@ -35,7 +35,7 @@ from simpar.topologies.graph import Topology
 if TYPE_CHECKING:
     from simpar.calibrate.gpu_profile import GPUProfile
 
-VERSION = 5
+VERSION = 6
 UNIT_KINDS = ("embedding", "layer", "head")
 
 
@@ -120,6 +120,10 @@ class HardwareProfile:
     handoff: dict[str, float] = field(default_factory=dict)  # world -> seconds a pipeline send after computing pays
     # world -> seconds a compute right after a pipeline receive pays (relay_worker: stages take turns)
     resume_after_recv: dict[str, float] = field(default_factory=dict)
+    # world -> seconds a collective's wake grows per second of compute since the rank's last call, beyond
+    # wake_phase (world -> the compute before the call that ``wake`` was measured after): phase_worker
+    wake_growth: dict[str, float] = field(default_factory=dict)
+    wake_phase: dict[str, float] = field(default_factory=dict)
 
     # -- persistence ----------------------------------------------------------------------------
     def save(self, path: str) -> None:
@@ -164,6 +168,12 @@ class HardwareProfile:
     def wake_cost(self, world: int) -> float:
         return float(self._nearest(self.wake, world)) if self.wake else 0.0
 
+    def wake_growth_cost(self, world: int) -> tuple[float, float]:
+        """(seconds of wake per second of compute before the call, the compute ``wake`` was measured after)."""
+        if not self.wake_growth:
+            return 0.0, 0.0
+        return float(self._nearest(self.wake_growth, world)), float(self._nearest(self.wake_phase, world))
+
     def handoff_cost(self, world: int) -> float:
         return float(self._nearest(self.handoff, world)) if self.handoff else 0.0
 
@@ -195,6 +205,7 @@ class HardwareProfile:
         topology = rank_processes(world, device, host, alpha, bandwidth, self.copy_bytes_per_s / slow,
                                   f"{world} gloo processes on {self.machine['cores']} cores (calibrated)")
         topology.wake_latency, topology.resume_latency = self.wake_cost(world), self.resume_cost(world)
+        topology.wake_growth, topology.wake_phase = self.wake_growth_cost(world)
         topology.handoff_latency = self.handoff_cost(world)
         topology.resume_after_recv_latency = self.resume_after_recv_cost(world)
         topology.core_slowdown = {int(k): float(v) for k, v in self.slowdown.items()}

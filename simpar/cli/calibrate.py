@@ -68,7 +68,8 @@ def run(args) -> int:
     print(f"  optimizer  Adam {profile.optimizer_params_per_s['adam'] / 1e6:,.0f} M params/s, "
           f"copies {units.human_rate(profile.copy_bytes_per_s)}")
     print("  ranks   compute slowdown   first compute after a call   after a pipeline receive   ring step in a step"
-          "   bandwidth   first call after computing   pipeline send after computing   (ring step back to back)")
+          "   bandwidth   first call after computing   + per ms computed before it   pipeline send after computing"
+          "   (ring step back to back)")
     for world in sorted(int(k) for k in profile.ring):
         alpha, bandwidth = profile.ring[str(world)]
         back = profile.samples.get("shared", {}).get(str(world), {}).get("back_to_back", [float("nan")])[0]
@@ -77,8 +78,15 @@ def run(args) -> int:
         print(f"  {world:>5}   {profile.slowdown[str(world)]:>14.2f}x   {resume:>26}   {after_recv:>24}"
               f"   {units.human_time(alpha):>19}   {units.human_rate(bandwidth):>9}"
               f"   {'+' + units.human_time(profile.wake_cost(world)):>26}"
+              f"   {_growth(profile, world):>27}"
               f"   {'+' + units.human_time(profile.handoff_cost(world)):>29}   {units.human_time(back):>24}")
     return 0
+
+
+def _growth(profile, world: int) -> str:
+    """How a collective's wake grows with the compute before it, as the table prints it."""
+    growth, phase = profile.wake_growth_cost(world)
+    return f"+{units.human_time(growth * 1e-3)} beyond {units.human_time(phase)}"
 
 
 def run_gpu(args) -> int:

@@ -161,19 +161,20 @@ def protocol_for(topology: Topology, algo: str, phases: list[Phase]) -> nccl.Pro
 def call_delay(topology: Topology, wakes: bool, handoff: bool = False) -> float:
     """Seconds a call (``handoff``: a pipeline send) pays before its transfers on a calibrated CPU-rank
     topology where it comes right after computing (``wakes``); one that follows another call pays
-    nothing more than its steps."""
+    nothing more than its steps. (A collective's wake also grows with the compute before it:
+    ``Topology.collective_wake``, priced per op by ``OpCosts.wake``.)"""
     if not wakes:
         return 0.0
     return topology.handoff_latency if handoff else topology.wake_latency
 
 
 def collective(network: Network, phases: list[Phase], tag: str = "", proto: nccl.Protocol | None = None,
-               wakes: bool = False) -> simpy.Process:
+               wake: float = 0.0) -> simpy.Process:
     """A SimPy process running the phases one after another, each phase's transfers at once.
     Under an NCCL ``proto`` the call first pays its base latency, each phase its steps' latency;
-    otherwise the topology's ``call_delay`` (0 but on calibrated CPU ranks)."""
+    otherwise ``wake`` seconds (``OpCosts.wake``: 0 but on calibrated CPU ranks, right after computing)."""
     topology = network.topology
-    delay = call_delay(topology, wakes) if proto is None else 0.0
+    delay = wake if proto is None else 0.0
 
     def run():
         if proto is not None and proto.base_latency:

@@ -11,6 +11,7 @@ from simpar.costs.pricing import KernelPricer
 from simpar.errors import SimparError
 from simpar.plan import Alloc, Collective, Compute, Copy, Free, Plan, Recv, Send
 from simpar.scenario import Scenario
+from simpar.sim.cores import slowdown_at
 from simpar.topologies.graph import Topology
 
 
@@ -26,16 +27,17 @@ class OpCosts:
         self.kernel_pricer = KernelPricer(scenario, gpu) if gpu.kernels is not None else None
         self._machines = self._machine_nodes()
         self._shares: dict = {}  # (unit kind, phase, part) -> share of the unit's calibrated overhead
-        turns = (topology.wake_latency or topology.resume_latency or topology.handoff_latency
+        turns = (topology.wake_latency or topology.wake_growth or topology.resume_latency or topology.handoff_latency
                  or topology.resume_after_recv_latency)
-        self.after_compute, self.after_network = self._turns() if turns else (frozenset(), {})
+        self.after_compute, self.after_network = self._turns() if turns else ({}, {})
 
-    def _turns(self) -> tuple[frozenset, dict]:
-        """(program, op id) of every collective and send that comes right after computing, and (program,
+    def _turns(self) -> tuple[dict, dict]:
+        """(program, op id) -> seconds of compute since the program's last network op (0 unless the topology's
+        wake grows with it), of every collective and send that comes right after computing, and (program,
         op id) -> the resume latency of every compute that comes right after a collective, send or receive,
         in its program's order (memory bookkeeping aside): where the executor's ranks pay the topology's
         wake and resume latencies."""
-        woken, resumed = set(), {}
+        woken, resumed = {}, {}
         for pi, prog in enumerate(self.plan.programs):
             last = None
             for op in prog.ops:
@@ -43,15 +45,42 @@ class OpCosts:
                     continue
                 network = isinstance(op, (Collective, Send, Recv))
                 if isinstance(op, (Collective, Send)) and isinstance(last, (Compute, Copy)):
-                    woken.add((pi, op.id))
+                    woken[(pi, op.id)] = 0.0
                 if isinstance(op, Compute) and op.device == "gpu" and isinstance(last, (Collective, Send, Recv)):
                     resumed[(pi, op.id)] = (self.topology.resume_after_recv_latency if isinstance(last, Recv)
                                             else self.topology.resume_latency)
                 last = op if network or isinstance(op, (Compute, Copy)) else last
-        return frozenset(woken), resumed
+        if self.topology.wake_growth:
+            self._phases(woken, resumed)
+        return woken, resumed
+
+    def _phases(self, woken: dict, resumed: dict) -> None:
+        """Fill ``woken`` with the compute each call comes after: the program's computes since its last
+        network op, each at its time with every rank computing at once on the cores they share (the
+        pattern the growth was measured in; sim/cores.py), counted round the step (the first call's phase
+        includes the previous step's optimizer, as in a run of many steps)."""
+        table = self.topology.core_slowdown
+        slow = slowdown_at(table, self.plan.grid.world) if table else 1.0
+        for pi, prog in enumerate(self.plan.programs):
+            ops = [op for op in prog.ops if isinstance(op, (Compute, Collective, Send, Recv))]
+            phase = 0.0
+            for lap in range(2):  # the first lap only carries the step's tail round to its start
+                for op in ops:
+                    if isinstance(op, Compute):
+                        phase += (self.compute_time(prog, op) + resumed.get((pi, op.id), 0.0)) * slow
+                        continue
+                    if lap and (pi, op.id) in woken and isinstance(op, Collective):
+                        woken[(pi, op.id)] = phase
+                    phase = 0.0
 
     def wakes(self, pi: int, op) -> bool:
         return (pi, op.id) in self.after_compute
+
+    def wake(self, pi: int, op: Collective) -> float:
+        """Seconds a collective pays before its steps on the executor's ranks: the topology's wake after
+        the compute before it (0 after another call, and elsewhere)."""
+        phase = self.after_compute.get((pi, op.id))
+        return 0.0 if phase is None else self.topology.collective_wake(phase)
 
     def resume(self, pi: int, op: Compute) -> float:
         """What a compute right after a call pays on the executor's ranks (0 elsewhere)."""

@@ -160,8 +160,8 @@ class Simulator:
         groups = self._groups[(pi, op.group)]
         if len(groups[0]) < 2:
             return None
-        wakes = self.costs.wakes(pi, op)
-        key = (op.op, op.algo, pi, op.group, op.nbytes, op.pieces, op.itemsize, wakes)
+        wake = self.costs.wake(pi, op)
+        key = (op.op, op.algo, pi, op.group, op.nbytes, op.pieces, op.itemsize, wake)
         entry = self._entries.get(key)
         if entry is None:
             gpus = self.topology.gpus
@@ -173,7 +173,7 @@ class Simulator:
             entry.replays += 1
             return self.env.timeout(entry.duration)
         start, before = self.env.now, self.network.channel_bytes.copy()
-        process = collective(self.network, entry.phases, f"{op.payload} ", entry.protocol, wakes)
+        process = collective(self.network, entry.phases, f"{op.payload} ", entry.protocol, wake)
         if self.replay:
             def record(_, entry=entry):
                 entry.duration = self.env.now - start

@@ -56,6 +56,11 @@ class Topology:
         # seconds a collective or send right after computing pays before its steps: the executor's gloo ranks
         # waiting for a peer still computing and waking from a blocked receive (a calibrated profile's wake)
         self.wake_latency = 0.0
+        # ... and how that grows with the compute since the rank's last call: with more ranks than cores the
+        # scheduler's time slices leave the ranks of a long phase further apart (seconds per second of compute
+        # beyond wake_phase, the compute the wake was measured after; a calibrated profile's wake_growth)
+        self.wake_growth = 0.0
+        self.wake_phase = 0.0
         self.handoff_latency = 0.0  # the same for a pipeline send: it waits for one neighbour, not a group
         # seconds a compute right after a collective, send or receive pays: a rank resuming after a blocked
         # receive computes slower for a while (a calibrated profile's resume; 0 elsewhere)
@@ -124,6 +129,10 @@ class Topology:
         self.bottleneck.cache_clear()
 
     # -- queries --------------------------------------------------------------------------
+    def collective_wake(self, phase: float) -> float:
+        """Seconds a collective pays before its steps when it comes after ``phase`` seconds of compute."""
+        return self.wake_latency + self.wake_growth * max(phase - self.wake_phase, 0.0)
+
     def send_costs(self, runnable: int) -> tuple[float, float] | None:
         """(handoff wake, step latency) of a pipeline send while ``runnable`` ranks compute or call, from
         the tables measured by world size (interpolated, held at the ends); None without the tables."""

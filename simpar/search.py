@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import itertools
 import multiprocessing
-import sys
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
 from simpar import topologies
@@ -199,10 +199,16 @@ def run_search(search_args: tuple, todo: list[Candidate], jobs: int = 1, progres
             outcomes.append(search.evaluate(candidate))
             tell(len(outcomes))
         return outcomes
-    context = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
-    with context.Pool(jobs, initializer=_start_worker, initargs=(search_args,)) as pool:
-        outcomes = []
-        for outcome in pool.imap(_evaluate_in_worker, todo, chunksize=4):
+    # workers forked from a clean server process, not from this one: a fork inherits whatever lock another
+    # thread held at that moment (one CI run hung for 600 s in `simpar search`); and an executor, unlike
+    # multiprocessing.Pool, raises when a worker dies instead of waiting for it forever
+    methods = multiprocessing.get_all_start_methods()
+    context = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+    if context.get_start_method() == "forkserver":
+        context.set_forkserver_preload(["simpar.search"])
+    outcomes = []
+    with ProcessPoolExecutor(jobs, mp_context=context, initializer=_start_worker, initargs=(search_args,)) as pool:
+        for outcome in pool.map(_evaluate_in_worker, todo, chunksize=4):
             outcomes.append(outcome)
             tell(len(outcomes))
     return outcomes

@@ -139,7 +139,8 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
         rates[name] = 1.0 / seconds_per_param if seconds_per_param else 1e10
     _, seconds_per_byte = fit_line([c["bytes"] for c in host["copies"]], [c["seconds"] for c in host["copies"]])
     return HardwareProfile(machine=machine_id(), compute={precision: compute}, slowdown=slowdown, ring=ring,
-                           wake=wake, wake_growth=growth, wake_phase=phase, handoff=handoff, resume=resume, resume_after_recv=resume_after_recv,
+                           wake=wake, wake_growth=growth, wake_phase=phase, handoff=handoff, resume=resume,
+                           resume_after_recv=resume_after_recv,
                            optimizer_params_per_s=rates,
                            copy_bytes_per_s=1.0 / seconds_per_byte if seconds_per_byte else 1e11,
                            samples={"compute": alone, "host": host, "shared": shared,

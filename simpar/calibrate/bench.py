@@ -203,8 +203,8 @@ def phase_worker(ctx, size: int, repeats: int = 5, rounds: int = 4) -> dict:
     "8": [...]}: per repetition [compute start, compute end, call end] on the machine's one monotonic
     clock (``phase_cost``). With more ranks than cores the scheduler hands the cores out in time
     slices, unevenly, so the ranks leave a long phase further apart and the call waits for the
-    slowest: at 4 ranks on 2 cores a DDP step's backward (about 45 ms) left its ranks 4-17 ms apart,
-    where a unit's compute (about 6 ms) left them 2.6 ms apart."""
+    slowest: at 4 ranks on 2 cores a DDP step's ranks reached its all-reduce 4-17 ms apart, where the
+    first call after one unit's compute paid 2.6 ms more than the calls after it (``series_wake``)."""
     comm, group = CountingComm(ctx.rank), list(range(ctx.world))
     unit = _unit_burst()
     flat = torch.zeros(max(size // 4, ctx.world))

@@ -161,11 +161,11 @@ def protocol_for(topology: Topology, algo: str, phases: list[Phase]) -> nccl.Pro
 def call_delay(topology: Topology, wakes: bool, handoff: bool = False) -> float:
     """Seconds a call (``handoff``: a pipeline send) pays before its transfers on a calibrated CPU-rank
     topology where it comes right after computing (``wakes``); one that follows another call pays
-    nothing more than its steps. (A collective's wake also grows with the compute before it:
-    ``Topology.collective_wake``, priced per op by ``OpCosts.wake``.)"""
+    nothing more than its steps; a collective's wake grows with the compute before it, which the
+    simulator prices per op (``OpCosts.wake``): this is its least, after a short compute."""
     if not wakes:
         return 0.0
-    return topology.handoff_latency if handoff else topology.wake_latency
+    return topology.handoff_latency if handoff else topology.collective_wake(0.0)
 
 
 def collective(network: Network, phases: list[Phase], tag: str = "", proto: nccl.Protocol | None = None,

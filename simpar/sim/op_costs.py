@@ -36,42 +36,32 @@ class OpCosts:
         wake grows with it), of every collective and send that comes right after computing, and (program,
         op id) -> the resume latency of every compute that comes right after a collective, send or receive,
         in its program's order (memory bookkeeping aside): where the executor's ranks pay the topology's
-        wake and resume latencies."""
+        wake and resume latencies. The compute is counted at its time with every rank computing at once on
+        the cores they share (the pattern the growth was measured in; sim/cores.py) and round the step: a
+        second lap gives the step's first call the compute after its last one (DDP's all-reduce comes after
+        the previous step's optimizer too, as in a run of many steps)."""
         woken, resumed = {}, {}
-        for pi, prog in enumerate(self.plan.programs):
-            last = None
-            for op in prog.ops:
-                if isinstance(op, (Alloc, Free)):
-                    continue
-                network = isinstance(op, (Collective, Send, Recv))
-                if isinstance(op, (Collective, Send)) and isinstance(last, (Compute, Copy)):
-                    woken[(pi, op.id)] = 0.0
-                if isinstance(op, Compute) and op.device == "gpu" and isinstance(last, (Collective, Send, Recv)):
-                    resumed[(pi, op.id)] = (self.topology.resume_after_recv_latency if isinstance(last, Recv)
-                                            else self.topology.resume_latency)
-                last = op if network or isinstance(op, (Compute, Copy)) else last
-        if self.topology.wake_growth:
-            self._phases(woken, resumed)
-        return woken, resumed
-
-    def _phases(self, woken: dict, resumed: dict) -> None:
-        """Fill ``woken`` with the compute each call comes after: the program's computes since its last
-        network op, each at its time with every rank computing at once on the cores they share (the
-        pattern the growth was measured in; sim/cores.py), counted round the step (the first call's phase
-        includes the previous step's optimizer, as in a run of many steps)."""
         table = self.topology.core_slowdown
         slow = slowdown_at(table, self.plan.grid.world) if table else 1.0
+        laps = 2 if self.topology.wake_growth else 1
         for pi, prog in enumerate(self.plan.programs):
-            ops = [op for op in prog.ops if isinstance(op, (Compute, Collective, Send, Recv))]
             phase = 0.0
-            for lap in range(2):  # the first lap only carries the step's tail round to its start
-                for op in ops:
-                    if isinstance(op, Compute):
-                        phase += (self.compute_time(prog, op) + resumed.get((pi, op.id), 0.0)) * slow
+            for _ in range(laps):
+                last = None
+                for op in prog.ops:
+                    if isinstance(op, (Alloc, Free)):
                         continue
-                    if lap and (pi, op.id) in woken and isinstance(op, Collective):
+                    network = isinstance(op, (Collective, Send, Recv))
+                    if isinstance(op, (Collective, Send)) and isinstance(last, (Compute, Copy)):
                         woken[(pi, op.id)] = phase
-                    phase = 0.0
+                    if isinstance(op, Compute) and op.device == "gpu" and isinstance(last, (Collective, Send, Recv)):
+                        resumed[(pi, op.id)] = (self.topology.resume_after_recv_latency if isinstance(last, Recv)
+                                                else self.topology.resume_latency)
+                    if isinstance(op, Compute) and laps > 1:
+                        phase += (self.compute_time(prog, op) + resumed.get((pi, op.id), 0.0)) * slow
+                    phase = 0.0 if network else phase
+                    last = op if network or isinstance(op, (Compute, Copy)) else last
+        return woken, resumed
 
     def wakes(self, pi: int, op) -> bool:
         return (pi, op.id) in self.after_compute

@@ -1,0 +1,80 @@
+"""How close can any model come to this machine's measured step times? The noise floor of `simpar validate`.
+
+    python benchmarks/noise_floor.py [--gpus 2] [--rounds 9] [--strategies ddp,dp,...] [--hardware P1,P2]
+
+Runs every case (validate's: tiny-deep, fp32) ``rounds`` times, in rounds as validate does, and
+prints per case every measured step time, their pooled median and spread, and how far validate's
+figure (the median of 3 consecutive runs) lands from the pooled median: the error of an oracle
+that predicted each case's long-run median exactly. If the oracle misses 10 % in some windows, no
+model can hold every case within 10 % there. With ``--hardware`` it also prices each case with
+each calibrated profile (calibrations taken at different hours) against the pooled median.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+
+from simpar.calibrate.profile import HardwareProfile
+from simpar.sim import simulate
+from simpar.validate import STRATEGIES, case_scenario, measure
+
+WINDOW = 3  # runs per validate case (--repeats 3)
+TARGET = 0.10
+
+
+def oracle_report(runs: dict[str, list[float]]) -> list[str]:
+    """The table and summary lines for ``runs`` (strategy -> measured step times, in round order)."""
+    windows = len(next(iter(runs.values()))) - WINDOW + 1
+    errors = {}  # strategy -> the oracle's error of each window's median of 3
+    lines = ["| strategy | runs (ms, in order) | pooled median | spread | oracle error of a median of 3: worst | "
+             f"windows within {TARGET:.0%} |", "| --- | --- | ---: | ---: | ---: | ---: |"]
+    for strategy, times in runs.items():
+        pooled = statistics.median(times)
+        errors[strategy] = [statistics.median(times[i:i + WINDOW]) / pooled - 1 for i in range(windows)]
+        ok = sum(abs(e) <= TARGET for e in errors[strategy])
+        lines.append(f"| {strategy} | {' '.join(f'{1e3 * t:.1f}' for t in times)} | {1e3 * pooled:.1f} | "
+                     f"{(max(times) - min(times)) / pooled:.0%} | {max(errors[strategy], key=abs):+.1%} | "
+                     f"{ok}/{windows} |")
+    every = sum(all(abs(e[i]) <= TARGET for e in errors.values()) for i in range(windows))
+    medians = [statistics.median(abs(e[i]) for e in errors.values()) for i in range(windows)]
+    lines += ["", f"windows in which the oracle holds every case within {TARGET:.0%}: {every}/{windows}",
+              "the oracle's median |error| over the cases, window by window: "
+              + " ".join(f"{m:.1%}" for m in medians)]
+    return lines
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gpus", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--strategies", default=",".join(STRATEGIES))
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--hardware", default="", help="comma-separated profiles to price each case with")
+    args = parser.parse_args(argv)
+    if args.rounds < WINDOW:
+        parser.error(f"--rounds: at least {WINDOW}")
+    strategies = args.strategies.split(",")
+    runs: dict[str, list[float]] = {s: [] for s in strategies}
+    began = time.monotonic()
+    for round_ in range(args.rounds):
+        for strategy in strategies:
+            runs[strategy].append(measure(strategy, args.gpus, "fp32", args.steps, 600)["step_time_s"])
+        print(f"round {round_ + 1}/{args.rounds} done at {time.monotonic() - began:.0f} s", file=sys.stderr)
+    print(f"{args.gpus} ranks, {args.rounds} rounds, {args.steps} steps a run; oracle = the pooled median\n")
+    print("\n".join(oracle_report(runs)))
+    for path in filter(None, args.hardware.split(",")):
+        profile = HardwareProfile.load(path)
+        topology = profile.topology(args.gpus, "fp32")
+        cells = []
+        for strategy in strategies:
+            sim = simulate(case_scenario(strategy, args.gpus, "fp32"), topology=topology, serial=True).step_time_s
+            cells.append(f"{strategy} {1e3 * sim:.1f} ms ({sim / statistics.median(runs[strategy]) - 1:+.0%})")
+        print(f"{path}: " + ", ".join(cells))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -260,6 +260,39 @@ def test_a_collective_after_a_longer_compute_pays_a_wake_grown_by_that_compute()
     assert simulator(0.2, phase=computed + 1e-3).env.now == pytest.approx(plain.env.now, rel=1e-12)
 
 
+def test_every_op_of_the_plan_pays_the_executors_work_between_ops_once_a_step():
+    """DDP on 2 ranks, one rank per core: 40 us between ops makes the step longer by exactly 40 us x the
+    program's ops (Alloc and Free included; the ops after the step's last compute are paid by its first),
+    with or without the resume after a call; the fast path prices it as the full simulation does (DDP, tp,
+    pp); a profile without the figure (before it was measured) loads with none."""
+    from simpar.plan import Compute
+    from simpar.sim.op_costs import OpCosts
+    from simpar.strategies import build_plan
+
+    def step(scenario, between: float, resume: float = 0.0, fast: bool = False) -> float:
+        profile = _profile()
+        profile.between_ops, profile.resume = between, {"2": resume}
+        topology = profile.topology(2, "fp32")
+        topology.core_slowdown = None  # (with ranks sharing cores the fast path is the full one)
+        return simulate(scenario, topology=topology, fast=fast).step_time_s
+
+    ddp = make_scenario(model("tiny-deep"), "ddp", 2, micro_batch=2, precision="fp32", topology="cpu-host")
+    ops = build_plan(ddp).programs[0].ops
+    for resume in (0.0, 2e-4):
+        assert step(ddp, 40e-6, resume) - step(ddp, 0.0, resume) == pytest.approx(40e-6 * len(ops), rel=1e-6)
+    profile = _profile()
+    profile.between_ops = 40e-6
+    plan = build_plan(ddp)
+    costs = OpCosts(plan, ddp, profile.topology(2, "fp32"))
+    paid = sum(costs.resume(0, op) for op in plan.programs[0].ops if isinstance(op, Compute))
+    assert paid == pytest.approx(40e-6 * len(ops))
+    for strategy, kwargs in (("ddp", {}), ("tp", {}), ("pp", {"microbatches": 4})):
+        scenario = make_scenario(model("tiny-deep"), strategy, 2, micro_batch=2, precision="fp32",
+                                 topology="cpu-host", **kwargs)
+        assert step(scenario, 40e-6, fast=True) == pytest.approx(step(scenario, 40e-6), rel=1e-9), strategy
+    assert _profile().between_ops == 0.0
+
+
 def test_bad_profiles_and_flags_are_one_line_errors(tmp_path, cli):
     bad = tmp_path / "bad.json"
     bad.write_text("{}")

@@ -66,12 +66,25 @@ def test_compute_passes_are_averaged_unit_by_unit():
     from simpar.calibrate import average_passes
 
     row = {"model": "tiny", "batch": 1, "unit": "layer", "fwd_flops": 1.0, "bwd_flops": 2.0}
-    passes = [[dict(row, fwd_s=1e-3, bwd_s=2e-3), dict(row, unit="head", fwd_s=5e-4, bwd_s=6e-4)],
-              [dict(row, fwd_s=2e-3, bwd_s=4e-3), dict(row, unit="head", fwd_s=7e-4, bwd_s=1e-3)]]
+    passes = [[dict(row, fwd_s=1e-3, bwd_s=2e-3, between_ops_s=1e-5),
+               dict(row, unit="head", fwd_s=5e-4, bwd_s=6e-4, between_ops_s=1e-5)],
+              [dict(row, fwd_s=2e-3, bwd_s=4e-3, between_ops_s=3e-5),
+               dict(row, unit="head", fwd_s=7e-4, bwd_s=1e-3, between_ops_s=3e-5)]]
     layer, head = average_passes(passes)
     assert (layer["unit"], layer["fwd_s"], layer["bwd_s"]) == ("layer", pytest.approx(1.5e-3), pytest.approx(3e-3))
     assert (head["fwd_s"], head["bwd_s"]) == (pytest.approx(6e-4), pytest.approx(8e-4))
+    assert layer["between_ops_s"] == pytest.approx(2e-5) and layer["passes_between_ops_s"] == [1e-5, 3e-5]
     assert layer["passes_fwd_s"] == [1e-3, 2e-3] and passes[0][0]["fwd_s"] == 1e-3  # inputs untouched
+
+
+def test_between_ops_is_the_steps_time_outside_every_timed_op_per_op_of_the_plan():
+    """A 10 ms step whose two timed ops last 3 and 5 ms spent 2 ms between ops; over 40 plan ops (Alloc
+    and Free count: the executor handles them too) that is 50 us each. Never below zero."""
+    from simpar.calibrate.bench import between_ops
+
+    timeline = [{"start": 0.5e-3, "end": 3.5e-3}, {"start": 4e-3, "end": 9e-3}]
+    assert between_ops(10e-3, timeline, 40) == pytest.approx(50e-6)
+    assert between_ops(7e-3, timeline, 40) == 0.0
 
 
 def test_wake_growth_is_the_calls_extra_per_second_of_compute_between_the_short_and_long_phase():

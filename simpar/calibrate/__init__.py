@@ -77,7 +77,7 @@ def average_passes(passes: list[list[dict]]) -> list[dict]:
     rows = []
     for same in zip(*passes):
         row = dict(same[0])
-        for phase in ("fwd_s", "bwd_s"):
+        for phase in ("fwd_s", "bwd_s", "between_ops_s"):
             row[f"passes_{phase}"] = [r[phase] for r in same]
             row[phase] = statistics.fmean(row[f"passes_{phase}"])
         rows.append(row)
@@ -138,9 +138,12 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
         _, seconds_per_param = fit_line([s["params"] for s in rows], [s["seconds"] for s in rows])
         rates[name] = 1.0 / seconds_per_param if seconds_per_param else 1e10
     _, seconds_per_byte = fit_line([c["bytes"] for c in host["copies"]], [c["seconds"] for c in host["copies"]])
+    # the executor's work between ops, per op of the plan: one figure for every model and batch (it is
+    # Python around each op, not the op's work), their mean over every pass
+    between = statistics.fmean(row["between_ops_s"] for row in alone)
     return HardwareProfile(machine=machine_id(), compute={precision: compute}, slowdown=slowdown, ring=ring,
                            wake=wake, wake_growth=growth, wake_phase=phase, handoff=handoff, resume=resume,
-                           resume_after_recv=resume_after_recv,
+                           resume_after_recv=resume_after_recv, between_ops=between,
                            optimizer_params_per_s=rates,
                            copy_bytes_per_s=1.0 / seconds_per_byte if seconds_per_byte else 1e11,
                            samples={"compute": alone, "host": host, "shared": shared,

@@ -124,6 +124,9 @@ class HardwareProfile:
     # wake_phase (world -> the compute before the call that ``wake`` was measured after): phase_worker
     wake_growth: dict[str, float] = field(default_factory=dict)
     wake_phase: dict[str, float] = field(default_factory=dict)
+    # seconds per op of the plan the executor spends between ops, outside every timed op (compute_worker;
+    # 0 in profiles from before it was measured)
+    between_ops: float = 0.0
 
     # -- persistence ----------------------------------------------------------------------------
     def save(self, path: str) -> None:
@@ -208,6 +211,7 @@ class HardwareProfile:
         topology.wake_growth, topology.wake_phase = self.wake_growth_cost(world)
         topology.handoff_latency = self.handoff_cost(world)
         topology.resume_after_recv_latency = self.resume_after_recv_cost(world)
+        topology.between_ops = self.between_ops
         topology.core_slowdown = {int(k): float(v) for k, v in self.slowdown.items()}
         topology.step_latency_by_ranks = {int(k): float(v[0]) for k, v in self.ring.items()}
         topology.handoff_by_ranks = {int(k): float(v) for k, v in self.handoff.items()} or None

@@ -67,6 +67,7 @@ def run(args) -> int:
         print(f"  {label:<10} overhead {per_kind}; FLOPs at {rate / 1e9:,.2f} GFLOP/s")
     print(f"  optimizer  Adam {profile.optimizer_params_per_s['adam'] / 1e6:,.0f} M params/s, "
           f"copies {units.human_rate(profile.copy_bytes_per_s)}")
+    print(f"  executor   {1e6 * profile.between_ops:.1f} us of its own work between ops, per op of the plan")
     print("  ranks   compute slowdown   first compute after a call   after a pipeline receive   ring step in a step"
           "   bandwidth   first call after computing   + per ms computed before it   pipeline send after computing"
           "   (ring step back to back)")

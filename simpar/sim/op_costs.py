@@ -28,7 +28,7 @@ class OpCosts:
         self._machines = self._machine_nodes()
         self._shares: dict = {}  # (unit kind, phase, part) -> share of the unit's calibrated overhead
         turns = (topology.wake_latency or topology.wake_growth or topology.resume_latency or topology.handoff_latency
-                 or topology.resume_after_recv_latency)
+                 or topology.resume_after_recv_latency or topology.between_ops)
         self.after_compute, self.after_network = self._turns() if turns else ({}, {})
 
     def _turns(self) -> tuple[dict, dict]:
@@ -39,24 +39,33 @@ class OpCosts:
         wake and resume latencies. The compute is counted at its time with every rank computing at once on
         the cores they share (the pattern the growth was measured in; sim/cores.py) and round the step: a
         second lap gives the step's first call the compute after its last one (DDP's all-reduce comes after
-        the previous step's optimizer too, as in a run of many steps)."""
+        the previous step's optimizer too, as in a run of many steps). Each compute also pays the executor's
+        work between ops (``between_ops`` per op) for itself and every op since the compute before it, round
+        the step: that work is Python on the rank's core, so it is shared like compute."""
         woken, resumed = {}, {}
         table = self.topology.core_slowdown
         slow = slowdown_at(table, self.plan.grid.world) if table else 1.0
-        laps = 2 if self.topology.wake_growth else 1
+        between = self.topology.between_ops
+        laps = 2 if self.topology.wake_growth or between else 1
         for pi, prog in enumerate(self.plan.programs):
-            phase = 0.0
+            phase, since = 0.0, 0  # ops since the last compute (the ops after a step's last one: its first's)
             for _ in range(laps):
                 last = None
                 for op in prog.ops:
+                    since += 1
                     if isinstance(op, (Alloc, Free)):
                         continue
                     network = isinstance(op, (Collective, Send, Recv))
                     if isinstance(op, (Collective, Send)) and isinstance(last, (Compute, Copy)):
                         woken[(pi, op.id)] = phase
-                    if isinstance(op, Compute) and op.device == "gpu" and isinstance(last, (Collective, Send, Recv)):
-                        resumed[(pi, op.id)] = (self.topology.resume_after_recv_latency if isinstance(last, Recv)
-                                                else self.topology.resume_latency)
+                    if isinstance(op, Compute):
+                        pays = between * since
+                        if op.device == "gpu" and isinstance(last, (Collective, Send, Recv)):
+                            pays += (self.topology.resume_after_recv_latency if isinstance(last, Recv)
+                                     else self.topology.resume_latency)
+                        if pays:
+                            resumed[(pi, op.id)] = pays
+                        since = 0
                     if isinstance(op, Compute) and laps > 1:
                         phase += (self.compute_time(prog, op) + resumed.get((pi, op.id), 0.0)) * slow
                     phase = 0.0 if network else phase

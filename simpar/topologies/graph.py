@@ -66,6 +66,7 @@ class Topology:
         # receive computes slower for a while (a calibrated profile's resume; 0 elsewhere)
         self.resume_latency = 0.0
         self.resume_after_recv_latency = 0.0  # the same right after a pipeline receive (stages take turns)
+        self.between_ops = 0.0  # seconds per plan op the executor spends between its ops (its own work)
         # CPU rank processes sharing a machine's cores: ranks computing at once -> how much slower each
         # computes (a calibrated profile's slowdown; sim/cores.py); None: every device computes on its own
         self.core_slowdown: dict[int, float] | None = None

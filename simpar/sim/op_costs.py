@@ -82,7 +82,8 @@ class OpCosts:
         return 0.0 if phase is None else self.topology.collective_wake(phase)
 
     def resume(self, pi: int, op: Compute) -> float:
-        """What a compute right after a call pays on the executor's ranks (0 elsewhere)."""
+        """What a compute pays on the executor's ranks beyond its work: the resume right after a call and
+        the executor's work between ops since the compute before it (0 elsewhere)."""
         return self.after_network.get((pi, op.id), 0.0)
 
     def _machine_nodes(self) -> dict:

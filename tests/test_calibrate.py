@@ -336,6 +336,7 @@ def test_calibrate_then_validate_end_to_end(tmp_path, cli):
     assert set(data["ring"]) == set(data["wake"]) == set(data["resume"]) == {"2"}
     assert all(v >= 0 for v in (data["wake"]["2"], data["resume"]["2"], *data["ring"]["2"]))
     assert set(data["handoff"]) == {"2"} and data["handoff"]["2"] >= 0
+    assert set(data["resume_unit"]) == {"2"} and data["resume_unit"]["2"] > 0  # the unit's time alone
     assert len(data["samples"]["shared"]["2"]["pattern"]) == 18  # 3 ops x 3 sizes x (1 call, 4 in a row)
     for phase in ("fwd", "bwd"):  # overheads per unit kind (never negative) and a FLOP rate
         fit = data["compute"]["fp32"][phase]

@@ -95,7 +95,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
     passes = [launch(compute_worker, 1, (MODELS, BATCHES, precision, repeats), timeout=timeout)[0]]
     host = launch(host_worker, 1, (OPTIMIZER_PARAMS, repeats), timeout=timeout)[0]
     slowdown, ring, wake, handoff, resume, resume_after_recv, shared = {"1": 1.0}, {}, {}, {}, {}, {}, {}
-    growth, phase = {}, {}
+    growth, phase, unit_alone = {}, {}, {}
     for world in worlds:
         say(f"{world} ranks at once: compute and ring steps")
         ranks = launch(_both, world, (precision, repeats), timeout=timeout)
@@ -110,6 +110,10 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
         # a pipeline's stages take turns: the same unit right after a receive, against it once more
         resume_after_recv[str(world)] = max(statistics.fmean(
             a - b for r in ranks for a, b in zip(r["relay"]["after"], r["relay"]["again"])), 0.0)
+        # both were measured on pattern_worker's unit: its time alone (relay's second compute: one rank at a
+        # time, nothing before it) is what a shorter compute pays its share of (tp's half-layer pieces after
+        # an all-reduce paid ~80 us where this unit paid 609 us, on 2 ranks; docs/calibration.md)
+        unit_alone[str(world)] = statistics.fmean(t for r in ranks for t in r["relay"]["again"])
         gathers = [statistics.median(r["ring"][i]["seconds"] for r in ranks) for i in range(len(RING_SIZES))]
         # back to back, an all-gather of S bytes is k - 1 ring steps of S / k bytes: one step's latency and
         # bandwidth with nothing before it, kept to show what the step's pattern adds (README, calibration)
@@ -143,7 +147,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
     between = statistics.fmean(row["between_ops_s"] for row in alone)
     return HardwareProfile(machine=machine_id(), compute={precision: compute}, slowdown=slowdown, ring=ring,
                            wake=wake, wake_growth=growth, wake_phase=phase, handoff=handoff, resume=resume,
-                           resume_after_recv=resume_after_recv, between_ops=between,
+                           resume_after_recv=resume_after_recv, resume_unit=unit_alone, between_ops=between,
                            optimizer_params_per_s=rates,
                            copy_bytes_per_s=1.0 / seconds_per_byte if seconds_per_byte else 1e11,
                            samples={"compute": alone, "host": host, "shared": shared,

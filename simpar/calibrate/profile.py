@@ -10,7 +10,9 @@ one after computing ``wake`` more, fitted to the executor's own ring code run as
 every message); ``wake`` is the wait for a peer still computing and the wake-up of a blocked
 receive (``handoff``: the same for a pipeline send, which waits for one neighbour, not a group),
 ``resume`` what the first compute after a call pays more (``resume_after_recv`` after a pipeline
-receive, measured where the stages take turns; docs/calibration.md); k ranks
+receive, measured where the stages take turns; docs/calibration.md), measured on a compute of
+``resume_unit`` seconds alone (a shorter one pays its share: the rank computes slower for a while
+after a wait, it is not held up a fixed time); k ranks
 computing at once take ``slowdown[k]`` times as long as one (the cores are shared); the optimizer
 updates ``params_per_s``; a copy moves ``copy_bytes_per_s``.
 """
@@ -127,6 +129,9 @@ class HardwareProfile:
     # seconds per op of the plan the executor spends between ops, outside every timed op (compute_worker;
     # 0 in profiles from before it was measured)
     between_ops: float = 0.0
+    # world -> seconds alone of the compute resume and resume_after_recv were measured on: a shorter one pays
+    # its share (empty in older profiles: every compute pays them whole)
+    resume_unit: dict[str, float] = field(default_factory=dict)
 
     # -- persistence ----------------------------------------------------------------------------
     def save(self, path: str) -> None:
@@ -211,6 +216,7 @@ class HardwareProfile:
         topology.wake_growth, topology.wake_phase = self.wake_growth_cost(world)
         topology.handoff_latency = self.handoff_cost(world)
         topology.resume_after_recv_latency = self.resume_after_recv_cost(world)
+        topology.resume_unit = float(self._nearest(self.resume_unit, world)) if self.resume_unit else 0.0
         topology.between_ops = self.between_ops
         topology.core_slowdown = {int(k): float(v) for k, v in self.slowdown.items()}
         topology.step_latency_by_ranks = {int(k): float(v[0]) for k, v in self.ring.items()}

@@ -66,6 +66,9 @@ class Topology:
         # receive computes slower for a while (a calibrated profile's resume; 0 elsewhere)
         self.resume_latency = 0.0
         self.resume_after_recv_latency = 0.0  # the same right after a pipeline receive (stages take turns)
+        # seconds the compute both were measured on takes alone: a shorter compute pays its share of them (it
+        # is slower for a while, not by a fixed delay); 0: every compute pays them whole
+        self.resume_unit = 0.0
         self.between_ops = 0.0  # seconds per plan op the executor spends between its ops (its own work)
         # CPU rank processes sharing a machine's cores: ranks computing at once -> how much slower each
         # computes (a calibrated profile's slowdown; sim/cores.py); None: every device computes on its own
@@ -130,6 +133,11 @@ class Topology:
         self.bottleneck.cache_clear()
 
     # -- queries --------------------------------------------------------------------------
+    def resume_cost(self, latency: float, compute: float) -> float:
+        """What a compute of ``compute`` seconds (alone) pays of a resume ``latency`` measured on a compute
+        of ``resume_unit`` seconds: the share it lasts of that one, at most all of it."""
+        return latency * min(compute / self.resume_unit, 1.0) if self.resume_unit > 0 else latency
+
     def collective_wake(self, phase: float) -> float:
         """Seconds a collective pays before its steps when it comes after ``phase`` seconds of compute."""
         return self.wake_latency + self.wake_growth * max(phase - self.wake_phase, 0.0)

@@ -1,0 +1,78 @@
+"""A compute right after a call pays the calibrated resume in proportion to its length, up to the
+compute it was measured on (``resume_unit``): a rank computes slower for a while after a wait; it is
+not held up a fixed time (tp's half-layer pieces paid ~80 us where the 2.3 ms unit paid 609 us)."""
+
+import pytest
+
+from simpar.calibrate.profile import HardwareProfile
+from simpar.models import model
+from simpar.plan import Collective, Compute, Recv, Send
+from simpar.scenario import make_scenario
+from simpar.sim import simulate
+from simpar.sim.op_costs import OpCosts
+from simpar.strategies import build_plan
+from simpar.topologies.graph import Topology
+
+
+def _profile(unit: float | None) -> HardwareProfile:
+    profile = HardwareProfile(
+        machine={"host": "test", "cores": 2, "torch": "x", "cpu": "x"},
+        compute={"fp32": {"fwd": [20e-6, 100e-6, 50e-6, 50e9], "bwd": [40e-6, 200e-6, 90e-6, 40e9]}},
+        slowdown={"1": 1.0, "2": 1.0}, ring={"2": [50e-6, 2e9]},
+        optimizer_params_per_s={"adam": 1e8, "sgd": 4e8}, copy_bytes_per_s=1e10)
+    profile.resume, profile.resume_after_recv = {"2": 6e-4}, {"2": 3e-4}
+    if unit is not None:
+        profile.resume_unit = {"2": unit}
+    return profile
+
+
+def test_a_shorter_compute_pays_its_share_a_longer_one_all_of_it():
+    topology = Topology("t")
+    assert topology.resume_cost(6e-4, 1e-3) == 6e-4  # no unit (older profiles): paid whole
+    topology.resume_unit = 2e-3
+    assert topology.resume_cost(6e-4, 5e-4) == pytest.approx(1.5e-4)
+    assert topology.resume_cost(6e-4, 2e-3) == pytest.approx(6e-4)
+    assert topology.resume_cost(6e-4, 8e-3) == pytest.approx(6e-4)  # not more than measured
+
+
+@pytest.mark.parametrize("strategy, kwargs", [("tp", {}), ("pp", {"microbatches": 4}), ("zero3", {})])
+def test_every_compute_after_a_call_pays_its_share_and_the_fast_path_agrees(strategy, kwargs):
+    """Each compute right after a collective or send pays resume x min(its time / unit, 1), right after a
+    receive resume_after_recv x the same share (less than whole in sum), and the fast path prices it as the
+    full simulation does."""
+    scenario = make_scenario(model("tiny-deep"), strategy, 2, micro_batch=2, precision="fp32",
+                             topology="cpu-host", **kwargs)
+    plan = build_plan(scenario)
+    unit = 1.5e-3
+    topology = _profile(unit).topology(2, "fp32")
+    costs = OpCosts(plan, scenario, topology)
+    checked = 0
+    for pi, prog in enumerate(plan.programs):
+        last = None
+        for op in prog.ops:
+            if isinstance(op, Compute):
+                share = min(costs.compute_time(prog, op) / unit, 1.0)
+                expected = (3e-4 if isinstance(last, Recv) else 6e-4) * share if isinstance(
+                    last, (Collective, Send, Recv)) and op.device == "gpu" else 0.0
+                assert costs.resume(pi, op) == pytest.approx(expected, rel=1e-9, abs=1e-15)
+                checked += expected > 0
+            if isinstance(op, (Collective, Send, Recv, Compute)):
+                last = op
+    assert checked > 0
+    assert 0 < sum(costs.resume(pi, op) for pi, p in enumerate(plan.programs) for op in p.ops
+                   if isinstance(op, Compute)) < sum(6e-4 for _ in range(checked))  # shares, not whole
+    full = simulate(scenario, topology=topology).step_time_s
+    fast = simulate(scenario, topology=topology, fast=True).step_time_s
+    assert fast == pytest.approx(full, rel=1e-9)
+
+
+def test_older_profiles_without_the_unit_pay_the_resume_whole(tmp_path):
+    path = tmp_path / "old.json"
+    _profile(None).save(str(path))
+    loaded = HardwareProfile.load(str(path))
+    assert loaded.resume_unit == {} and loaded.topology(2, "fp32").resume_unit == 0.0
+    scenario = make_scenario(model("tiny-deep"), "tp", 2, micro_batch=2, precision="fp32", topology="cpu-host")
+    plan = build_plan(scenario)
+    costs = OpCosts(plan, scenario, loaded.topology(2, "fp32"))
+    paid = [costs.resume(0, op) for op in plan.programs[0].ops if isinstance(op, Compute) and costs.resume(0, op)]
+    assert paid and all(p == 6e-4 for p in paid)

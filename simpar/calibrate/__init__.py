@@ -110,9 +110,9 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
         # a pipeline's stages take turns: the same unit right after a receive, against it once more
         resume_after_recv[str(world)] = max(statistics.fmean(
             a - b for r in ranks for a, b in zip(r["relay"]["after"], r["relay"]["again"])), 0.0)
-        # both were measured on pattern_worker's unit: its time alone (relay's second compute: one rank at a
-        # time, nothing before it) is what a shorter compute pays its share of (tp's half-layer pieces after
-        # an all-reduce paid ~80 us where this unit paid 609 us, on 2 ranks; docs/calibration.md)
+        # resume was measured on pattern_worker's unit: its time alone (the relay's second compute: one rank at
+        # a time, nothing before it) is what a shorter compute pays its share of (tp's half-layer pieces after
+        # an all-reduce paid ~0.1 ms where this unit paid 0.61 ms, on 2 ranks; docs/calibration.md)
         unit_alone[str(world)] = statistics.fmean(t for r in ranks for t in r["relay"]["again"])
         gathers = [statistics.median(r["ring"][i]["seconds"] for r in ranks) for i in range(len(RING_SIZES))]
         # back to back, an all-gather of S bytes is k - 1 ring steps of S / k bytes: one step's latency and

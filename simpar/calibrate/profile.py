@@ -10,9 +10,9 @@ one after computing ``wake`` more, fitted to the executor's own ring code run as
 every message); ``wake`` is the wait for a peer still computing and the wake-up of a blocked
 receive (``handoff``: the same for a pipeline send, which waits for one neighbour, not a group),
 ``resume`` what the first compute after a call pays more (``resume_after_recv`` after a pipeline
-receive, measured where the stages take turns; docs/calibration.md), measured on a compute of
-``resume_unit`` seconds alone (a shorter one pays its share: the rank computes slower for a while
-after a wait, it is not held up a fixed time); k ranks
+receive, measured where the stages take turns; docs/calibration.md); ``resume`` was measured on a
+compute of ``resume_unit`` seconds alone, and a shorter one pays its share (the rank computes slower
+for a while after a call; after a pipeline receive it waits for a core, a delay paid whole); k ranks
 computing at once take ``slowdown[k]`` times as long as one (the cores are shared); the optimizer
 updates ``params_per_s``; a copy moves ``copy_bytes_per_s``.
 """
@@ -129,8 +129,8 @@ class HardwareProfile:
     # seconds per op of the plan the executor spends between ops, outside every timed op (compute_worker;
     # 0 in profiles from before it was measured)
     between_ops: float = 0.0
-    # world -> seconds alone of the compute resume and resume_after_recv were measured on: a shorter one pays
-    # its share (empty in older profiles: every compute pays them whole)
+    # world -> seconds alone of the compute resume was measured on: a shorter one pays its share (empty in
+    # older profiles: every compute pays it whole)
     resume_unit: dict[str, float] = field(default_factory=dict)
 
     # -- persistence ----------------------------------------------------------------------------

@@ -77,7 +77,7 @@ def run(args) -> int:
         unit = profile.resume_unit.get(str(world))
         on = f" of {units.human_time(unit)}" if unit else ""  # a shorter compute pays its share
         resume = "+" + units.human_time(profile.resume_cost(world)) + on
-        after_recv = "+" + units.human_time(profile.resume_after_recv_cost(world)) + on
+        after_recv = "+" + units.human_time(profile.resume_after_recv_cost(world))
         print(f"  {world:>5}   {profile.slowdown[str(world)]:>14.2f}x   {resume:>26}   {after_recv:>24}"
               f"   {units.human_time(alpha):>19}   {units.human_rate(bandwidth):>9}"
               f"   {'+' + units.human_time(profile.wake_cost(world)):>26}"

@@ -36,8 +36,8 @@ class OpCosts:
         wake grows with it), of every collective and send that comes right after computing, and (program,
         op id) -> the resume latency of every compute that comes right after a collective, send or receive,
         in its program's order (memory bookkeeping aside): where the executor's ranks pay the topology's
-        wake and resume latencies (a compute shorter than the one the resume was measured on pays its share:
-        ``Topology.resume_cost``). The compute is counted at its time with every rank computing at once on
+        wake and resume latencies (a compute shorter than the one the resume after a call was measured on pays
+        its share: ``Topology.resume_cost``; the resume after a pipeline receive is paid whole). The compute is counted at its time with every rank computing at once on
         the cores they share (the pattern the growth was measured in; sim/cores.py) and round the step: a
         second lap gives the step's first call the compute after its last one (DDP's all-reduce comes after
         the previous step's optimizer too, as in a run of many steps). Each compute also pays the executor's
@@ -62,9 +62,10 @@ class OpCosts:
                     if isinstance(op, Compute):
                         pays = between * since
                         if op.device == "gpu" and isinstance(last, (Collective, Send, Recv)):
-                            pays += self.topology.resume_cost(
-                                self.topology.resume_after_recv_latency if isinstance(last, Recv)
-                                else self.topology.resume_latency, self.compute_time(prog, op))
+                            # after a pipeline receive the rank waits to be handed a core (stages take turns):
+                            # a delay, paid whole; after a call it computes slower for a while: by its length
+                            pays += (self.topology.resume_after_recv_latency if isinstance(last, Recv) else
+                                     self.topology.resume_cost(self.topology.resume_latency, self.compute_time(prog, op)))
                         if pays:
                             resumed[(pi, op.id)] = pays
                         since = 0

@@ -66,8 +66,8 @@ class Topology:
         # receive computes slower for a while (a calibrated profile's resume; 0 elsewhere)
         self.resume_latency = 0.0
         self.resume_after_recv_latency = 0.0  # the same right after a pipeline receive (stages take turns)
-        # seconds the compute both were measured on takes alone: a shorter compute pays its share of them (it
-        # is slower for a while, not by a fixed delay); 0: every compute pays them whole
+        # seconds the compute resume_latency was measured on takes alone: a shorter compute pays its share of it
+        # (it is slower for a while, not held up a fixed time); 0: every compute pays it whole
         self.resume_unit = 0.0
         self.between_ops = 0.0  # seconds per plan op the executor spends between its ops (its own work)
         # CPU rank processes sharing a machine's cores: ranks computing at once -> how much slower each

@@ -55,18 +55,27 @@ def judge(profile, strategy: str, gpus: int, precision: str, runs: list[dict]) -
 
 
 def run_cases(profile, pairs: list[tuple[str, int]], precision: str, steps: int, timeout: float,
-              repeats: int = 1, progress=None) -> list[dict]:
+              repeats: int = 1, progress=None, retime: bool = False) -> list[dict]:
     """Every (strategy, ranks) case of ``pairs``, ``repeats`` real runs each, in rounds (every case once,
     then every case again): this machine's speed drifts by tens of percent over minutes
     (docs/calibration.md), and rounds spread a drift over every case instead of loading it on one.
+    With ``retime`` the units' compute is timed again after each round (the calibration's own
+    micro-benchmark, one rank, no strategy) and the cases are priced with those passes' fit instead of
+    the profile's: the compute of the same hour as the runs, not of the calibration's minutes.
     ``progress()`` is called after each run."""
+    from simpar.calibrate import compute_pass, retimed
+
     runs: dict = {pair: [] for pair in pairs}
+    passes = []
     for _ in range(repeats):
         for pair in pairs:
             runs[pair].append(measure(*pair, precision, steps, timeout))
             if progress is not None:
                 progress()
-    return [judge(profile, *pair, precision, runs[pair]) for pair in pairs]
+        if retime:
+            passes.append(compute_pass(precision, timeout=timeout))
+    priced = retimed(profile, passes, precision) if retime else profile
+    return [judge(priced, *pair, precision, runs[pair]) for pair in pairs]
 
 
 def summary(cases: list[dict]) -> dict:
@@ -76,7 +85,7 @@ def summary(cases: list[dict]) -> dict:
             "bytes_exact": all(c["bytes_exact"] for c in cases), "memory_exact": all(c["memory_exact"] for c in cases)}
 
 
-def write_report(path: Path, profile_path: str, cases: list[dict], result: dict) -> list[Path]:
+def write_report(path: Path, profile_path: str, cases: list[dict], result: dict, retimed: bool = False) -> list[Path]:
     """The markdown report at ``path``, the CSV and the plot beside it; returns the files written."""
     csv_path, plot_path = path.with_suffix(".csv"), path.with_suffix(".png")
     with open(csv_path, "w", newline="") as handle:
@@ -86,7 +95,9 @@ def write_report(path: Path, profile_path: str, cases: list[dict], result: dict)
         writer.writerows(cases)
     _plot(plot_path, cases)
     lines = [f"# simpar validate: {MODEL}, {len(cases)} cases", "",
-             f"Hardware profile: `{profile_path}` (micro-benchmarks only; no case below was used to fit it).", "",
+             f"Hardware profile: `{profile_path}` (micro-benchmarks only; no case below was used to fit it)"
+             + ("; the units' compute re-timed after each round of runs (`--compute retimed`)." if retimed else "."),
+             "",
              f"median |error| {100 * result['median_abs_error']:.1f} %, max |error| "
              f"{100 * result['max_abs_error']:.1f} %, bytes exact: {result['bytes_exact']}, "
              f"model-state memory exact: {result['memory_exact']}; median run-to-run spread of the measured "

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import statistics
+from dataclasses import replace
 from pathlib import Path
 
 from simpar.calibrate.bench import (LONG_PHASE, PATTERN_OPS, SERIES, burst_worker, compute_worker, host_worker,
@@ -152,6 +153,22 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
                            copy_bytes_per_s=1.0 / seconds_per_byte if seconds_per_byte else 1e11,
                            samples={"compute": alone, "host": host, "shared": shared,
                                     "ring_sizes": RING_SIZES})
+
+
+def compute_pass(precision: str = "fp32", repeats: int = 10, timeout: float = 600.0) -> list[dict]:
+    """One pass of the units' compute on one rank, as ``calibrate`` times it (``compute_worker``)."""
+    return launch(compute_worker, 1, (MODELS, BATCHES, precision, repeats), timeout=timeout)[0]
+
+
+def retimed(profile: HardwareProfile, passes: list[list[dict]], precision: str) -> HardwareProfile:
+    """A copy of ``profile`` whose unit compute and work between ops are fitted to ``passes`` (of
+    ``compute_pass``) instead; everything else (collectives, sharing, wake, resume) as calibrated."""
+    alone = average_passes(passes)
+    compute = dict(profile.compute)
+    compute[precision] = {phase: fit_unit_costs(alone, phase) for phase in ("fwd", "bwd")}
+    samples = {**profile.samples, "compute_retimed": alone}
+    return replace(profile, compute=compute, between_ops=statistics.fmean(row["between_ops_s"] for row in alone),
+                   samples=samples)
 
 
 def calibrate_gpu(preset: str | None = None, timeout: float = 600.0, progress=None):

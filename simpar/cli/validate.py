@@ -27,6 +27,11 @@ def register(sub) -> None:
     p.add_argument("--repeats", default="1", help="real runs per case, their median compared (default 1; the "
                                                    "spread between runs is reported); taken in rounds, every "
                                                    "case once per round")
+    p.add_argument("--compute", default="profile", choices=("profile", "retimed"),
+                   help="the units' compute the cases are priced with: 'profile' (default) as calibrated; "
+                        "'retimed' times it again after each round of runs with the calibration's own one-rank "
+                        "benchmark (about 15 s a round), so it is of the same hour as the runs: tells a miss "
+                        "of the model from a calibration taken in a fast or slow window")
     p.add_argument("--timeout", default="600", help="seconds before a hung case is aborted (default 600)")
     p.add_argument("--out", default="validation.md", help="markdown report; .csv and .png beside it")
     p.add_argument("--published", nargs="?", const="", metavar="FILE",
@@ -90,10 +95,12 @@ def run(args) -> int:
     profile = HardwareProfile.load(profile_path)
     pairs = [(s, g) for s in strategies for g in worlds]
     with tqdm(total=len(pairs) * repeats, desc="validating", unit="run", file=sys.stderr, disable=None) as bar:
-        cases = run_cases(profile, pairs, "fp32", steps, timeout, repeats, progress=bar.update)
+        cases = run_cases(profile, pairs, "fp32", steps, timeout, repeats, progress=bar.update,
+                          retime=args.compute == "retimed")
     result = summary(cases)
-    files = write_report(Path(args.out), profile_path, cases, result)
-    if args.json and write_json({"summary": result, "cases": cases, "hardware": profile_path}, args.json):
+    files = write_report(Path(args.out), profile_path, cases, result, retimed=args.compute == "retimed")
+    if args.json and write_json({"summary": result, "cases": cases, "hardware": profile_path,
+                                 "compute": args.compute}, args.json):
         return 0
     for c in cases:
         print(f"  {c['strategy']:<8}{c['gpus']:>3} ranks  simulated {units.human_time(c['sim_step_s']):>10}  "

@@ -37,10 +37,11 @@ class OpCosts:
         op id) -> the resume latency of every compute that comes right after a collective, send or receive,
         in its program's order (memory bookkeeping aside): where the executor's ranks pay the topology's
         wake and resume latencies (a compute shorter than the one the resume after a call was measured on pays
-        its share: ``Topology.resume_cost``; the resume after a pipeline receive is paid whole). The compute is counted at its time with every rank computing at once on
-        the cores they share (the pattern the growth was measured in; sim/cores.py) and round the step: a
-        second lap gives the step's first call the compute after its last one (DDP's all-reduce comes after
-        the previous step's optimizer too, as in a run of many steps). Each compute also pays the executor's
+        its share: ``Topology.resume_cost``; the resume after a pipeline receive is paid whole). The compute
+        is counted at its time with every rank computing at once on the cores they share (the pattern the
+        growth was measured in; sim/cores.py) and round the step: a second lap gives the step's first call
+        the compute after its last one (DDP's all-reduce comes after the previous step's optimizer too, as in
+        a run of many steps). Each compute also pays the executor's
         work between ops (``between_ops`` per op) for itself and every op since the compute before it, round
         the step: that work is Python on the rank's core, so it is shared like compute."""
         woken, resumed = {}, {}
@@ -64,8 +65,9 @@ class OpCosts:
                         if op.device == "gpu" and isinstance(last, (Collective, Send, Recv)):
                             # after a pipeline receive the rank waits to be handed a core (stages take turns):
                             # a delay, paid whole; after a call it computes slower for a while: by its length
-                            pays += (self.topology.resume_after_recv_latency if isinstance(last, Recv) else
-                                     self.topology.resume_cost(self.topology.resume_latency, self.compute_time(prog, op)))
+                            topology = self.topology
+                            pays += (topology.resume_after_recv_latency if isinstance(last, Recv) else
+                                     topology.resume_cost(topology.resume_latency, self.compute_time(prog, op)))
                         if pays:
                             resumed[(pi, op.id)] = pays
                         since = 0

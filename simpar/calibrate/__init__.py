@@ -93,7 +93,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
     # compute is timed again after each world size below and the times averaged: this machine's speed
     # drifts by tens of percent over minutes (a snapshot once at the start came out 2x fast in one
     # calibration and priced every strategy 30-50 % short)
-    passes = [launch(compute_worker, 1, (MODELS, BATCHES, precision, repeats), timeout=timeout)[0]]
+    passes = [compute_pass(precision, repeats, timeout)]
     host = launch(host_worker, 1, (OPTIMIZER_PARAMS, repeats), timeout=timeout)[0]
     slowdown, ring, wake, handoff, resume, resume_after_recv, shared = {"1": 1.0}, {}, {}, {}, {}, {}, {}
     growth, phase, unit_alone = {}, {}, {}
@@ -134,18 +134,15 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
                               "relay": ranks[0]["relay"], "phases": phases,
                               "back_to_back": [alpha, 1.0 / seconds_per_byte if seconds_per_byte else 1e12]}
         say(f"compute, one rank (pass {len(passes) + 1})")
-        passes.append(launch(compute_worker, 1, (MODELS, BATCHES, precision, repeats), timeout=timeout)[0])
+        passes.append(compute_pass(precision, repeats, timeout))
     alone = average_passes(passes)
-    compute = {phase: fit_unit_costs(alone, phase) for phase in ("fwd", "bwd")}
+    compute, between = fit_compute(alone)
     rates = {}
     for name in ("adam", "sgd"):
         rows = [s for s in host["steps"] if s["optimizer"] == name]
         _, seconds_per_param = fit_line([s["params"] for s in rows], [s["seconds"] for s in rows])
         rates[name] = 1.0 / seconds_per_param if seconds_per_param else 1e10
     _, seconds_per_byte = fit_line([c["bytes"] for c in host["copies"]], [c["seconds"] for c in host["copies"]])
-    # the executor's work between ops, per op of the plan: one figure for every model and batch (it is
-    # Python around each op, not the op's work), their mean over every pass
-    between = statistics.fmean(row["between_ops_s"] for row in alone)
     return HardwareProfile(machine=machine_id(), compute={precision: compute}, slowdown=slowdown, ring=ring,
                            wake=wake, wake_growth=growth, wake_phase=phase, handoff=handoff, resume=resume,
                            resume_after_recv=resume_after_recv, resume_unit=unit_alone, between_ops=between,
@@ -160,15 +157,20 @@ def compute_pass(precision: str = "fp32", repeats: int = 10, timeout: float = 60
     return launch(compute_worker, 1, (MODELS, BATCHES, precision, repeats), timeout=timeout)[0]
 
 
+def fit_compute(alone: list[dict]) -> tuple[dict, float]:
+    """({phase: unit costs} fitted to ``average_passes``' rows, the executor's work between ops per op of
+    the plan: one figure for every model and batch, as it is Python around each op, not the op's work)."""
+    compute = {phase: fit_unit_costs(alone, phase) for phase in ("fwd", "bwd")}
+    return compute, statistics.fmean(row["between_ops_s"] for row in alone)
+
+
 def retimed(profile: HardwareProfile, passes: list[list[dict]], precision: str) -> HardwareProfile:
     """A copy of ``profile`` whose unit compute and work between ops are fitted to ``passes`` (of
     ``compute_pass``) instead; everything else (collectives, sharing, wake, resume) as calibrated."""
     alone = average_passes(passes)
-    compute = dict(profile.compute)
-    compute[precision] = {phase: fit_unit_costs(alone, phase) for phase in ("fwd", "bwd")}
-    samples = {**profile.samples, "compute_retimed": alone}
-    return replace(profile, compute=compute, between_ops=statistics.fmean(row["between_ops_s"] for row in alone),
-                   samples=samples)
+    fitted, between = fit_compute(alone)
+    return replace(profile, compute={**profile.compute, precision: fitted}, between_ops=between,
+                   samples={**profile.samples, "compute_retimed": alone})
 
 
 def calibrate_gpu(preset: str | None = None, timeout: float = 600.0, progress=None):

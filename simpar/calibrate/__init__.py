@@ -73,12 +73,12 @@ def pattern_rows(ranks: list[dict], world: int, resume: float = 0.0) -> list[dic
 
 def average_passes(passes: list[list[dict]]) -> list[dict]:
     """The rows of several ``compute_worker`` passes (the same units, in the same order) with each
-    unit's forward and backward seconds averaged over the passes; ``passes_fwd_s`` / ``passes_bwd_s``
-    keep each pass's, for the record."""
+    unit's forward, backward and optimizer step seconds averaged over the passes; ``passes_fwd_s`` /
+    ``passes_bwd_s`` ... keep each pass's, for the record."""
     rows = []
     for same in zip(*passes):
         row = dict(same[0])
-        for phase in ("fwd_s", "bwd_s", "between_ops_s"):
+        for phase in [p for p in ("fwd_s", "bwd_s", "between_ops_s", "step_s") if p in row]:
             row[f"passes_{phase}"] = [r[phase] for r in same]
             row[phase] = statistics.fmean(row[f"passes_{phase}"])
         rows.append(row)
@@ -136,7 +136,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
         say(f"compute, one rank (pass {len(passes) + 1})")
         passes.append(compute_pass(precision, repeats, timeout))
     alone = average_passes(passes)
-    compute, between = fit_compute(alone)
+    compute, between, step = fit_compute(alone)
     rates = {}
     for name in ("adam", "sgd"):
         rows = [s for s in host["steps"] if s["optimizer"] == name]
@@ -146,7 +146,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
     return HardwareProfile(machine=machine_id(), compute={precision: compute}, slowdown=slowdown, ring=ring,
                            wake=wake, wake_growth=growth, wake_phase=phase, handoff=handoff, resume=resume,
                            resume_after_recv=resume_after_recv, resume_unit=unit_alone, between_ops=between,
-                           optimizer_params_per_s=rates,
+                           optimizer_params_per_s=rates, optimizer_step={precision: step} if step else {},
                            copy_bytes_per_s=1.0 / seconds_per_byte if seconds_per_byte else 1e11,
                            samples={"compute": alone, "host": host, "shared": shared,
                                     "ring_sizes": RING_SIZES})
@@ -157,19 +157,36 @@ def compute_pass(precision: str = "fp32", repeats: int = 10, timeout: float = 60
     return launch(compute_worker, 1, (MODELS, BATCHES, precision, repeats), timeout=timeout)[0]
 
 
-def fit_compute(alone: list[dict]) -> tuple[dict, float]:
+def fit_compute(alone: list[dict]) -> tuple[dict, float, list[float]]:
     """({phase: unit costs} fitted to ``average_passes``' rows, the executor's work between ops per op of
-    the plan: one figure for every model and batch, as it is Python around each op, not the op's work)."""
+    the plan: one figure for every model and batch, as it is Python around each op, not the op's work;
+    its optimizer step [seconds per step, parameters per second]: a line over the models' sizes)."""
     compute = {phase: fit_unit_costs(alone, phase) for phase in ("fwd", "bwd")}
-    return compute, statistics.fmean(row["between_ops_s"] for row in alone)
+    step = fit_optimizer_step(alone)
+    return compute, statistics.fmean(row["between_ops_s"] for row in alone), step
+
+
+def fit_optimizer_step(alone: list[dict]) -> list[float]:
+    """[overhead s, params/s] of the executor's Adam step op, a line through (parameters, seconds) of the
+    calibrated models (one point per model and batch: the batch does not change the step); [] for rows
+    from before the step was timed, or a flat fit (``fit_line`` keeps both terms non-negative)."""
+    rows = {(row["model"], row["batch"]): row for row in alone if "step_s" in row}
+    if len({row["params"] for row in rows.values()}) < 2:
+        return []
+    overhead, seconds_per_param = fit_line([row["params"] for row in rows.values()],
+                                           [row["step_s"] for row in rows.values()])
+    if seconds_per_param <= 0:
+        return []
+    return [overhead, 1.0 / seconds_per_param]
 
 
 def retimed(profile: HardwareProfile, passes: list[list[dict]], precision: str) -> HardwareProfile:
-    """A copy of ``profile`` whose unit compute and work between ops are fitted to ``passes`` (of
-    ``compute_pass``) instead; everything else (collectives, sharing, wake, resume) as calibrated."""
+    """A copy of ``profile`` whose unit compute, work between ops and optimizer step are fitted to ``passes``
+    (of ``compute_pass``) instead; everything else (collectives, sharing, wake, resume) as calibrated."""
     alone = average_passes(passes)
-    fitted, between = fit_compute(alone)
-    return replace(profile, compute={**profile.compute, precision: fitted}, between_ops=between,
+    fitted, between, step = fit_compute(alone)
+    steps = {**profile.optimizer_step, precision: step} if step else profile.optimizer_step
+    return replace(profile, compute={**profile.compute, precision: fitted}, between_ops=between, optimizer_step=steps,
                    samples={**profile.samples, "compute_retimed": alone})
 
 

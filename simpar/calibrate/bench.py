@@ -48,7 +48,11 @@ def compute_worker(ctx, models: list[str], batches: list[int], precision: str, r
     is communicated, ``repeats`` steps after two warm-up steps (the first samples memory), each
     unit's ops timed by its recorder. A unit benchmarked apart from the executor misses what the
     executor does around each op (slicing the batch, keeping inputs for backward, the loss; 0.1 ms
-    per op on the development VM) and splits forward and backward differently."""
+    per op on the development VM) and splits forward and backward differently. The optimizer's step
+    op (Adam over the whole model: ``step_s`` for ``params``) is timed here too, for the same reason:
+    after the backward has filled the caches with other data, and with the executor's gradient
+    flattening around it, it took 1.0 ms for tiny's 119 K parameters where Adam stepping the same
+    tensor again and again (``host_worker``) took 0.33 ms."""
     from simpar.real.executor import RankExecutor
 
     rows = []
@@ -60,6 +64,7 @@ def compute_worker(ctx, models: list[str], batches: list[int], precision: str, r
             ops, work = executor.program.ops, Work(scenario)
             seconds: dict[tuple[str, str], list[float]] = {}
             between: list[float] = []
+            stepped: list[float] = []  # the optimizer step op, as the step meets it (its caches cold)
             try:
                 for step in range(repeats + 2):
                     executor.step(step)
@@ -71,6 +76,8 @@ def compute_worker(ctx, models: list[str], batches: list[int], precision: str, r
                         if getattr(op, "phase", None) in ("fwd", "bwd"):
                             key = (spec.unit_kind(op.unit), op.phase)
                             seconds.setdefault(key, []).append(entry["end"] - entry["start"])
+                        elif getattr(op, "phase", None) == "step":
+                            stepped.append(entry["end"] - entry["start"])
             finally:
                 executor.states.close()
             for kind, unit in (("embedding", 0), ("layer", 1), ("head", work.num_units - 1)):
@@ -78,7 +85,8 @@ def compute_worker(ctx, models: list[str], batches: list[int], precision: str, r
                 rows.append({"model": name, "batch": b, "unit": kind, "fwd_flops": u.fwd_flops,
                              "bwd_flops": u.bwd_flops, "fwd_s": statistics.fmean(seconds[(kind, "fwd")]),
                              "bwd_s": statistics.fmean(seconds[(kind, "bwd")]),
-                             "between_ops_s": statistics.fmean(between)})
+                             "between_ops_s": statistics.fmean(between), "params": spec.params,
+                             "step_s": statistics.fmean(stepped)})
     return rows
 
 

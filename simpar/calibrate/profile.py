@@ -132,6 +132,9 @@ class HardwareProfile:
     # world -> seconds alone of the compute resume was measured on: a shorter one pays its share (empty in
     # older profiles: every compute pays it whole)
     resume_unit: dict[str, float] = field(default_factory=dict)
+    # precision -> [seconds, params/s] of the executor's optimizer (Adam) step op on one rank, timed inside
+    # its step (compute_worker); empty in older profiles: the bare-tensor rate, no overhead
+    optimizer_step: dict[str, list[float]] = field(default_factory=dict)
 
     # -- persistence ----------------------------------------------------------------------------
     def save(self, path: str) -> None:
@@ -191,6 +194,14 @@ class HardwareProfile:
     def resume_after_recv_cost(self, world: int) -> float:
         return float(self._nearest(self.resume_after_recv, world)) if self.resume_after_recv else 0.0
 
+    def step_cost(self, precision: str) -> tuple[dict[str, float], float]:
+        """({"step": seconds per step}, params/s) of the executor's optimizer step: as timed inside its
+        step where measured, else Adam's rate on a bare tensor."""
+        if self.optimizer_step.get(precision):
+            overhead, rate = self.optimizer_step[precision]
+            return {"step": float(overhead)}, float(rate)
+        return {}, self.optimizer_params_per_s.get("adam", 1e8)
+
     # -- the simulator's view -------------------------------------------------------------------
     def topology(self, world: int, precision: str) -> Topology:
         """``world`` rank processes on this machine, priced with what was measured."""
@@ -202,7 +213,7 @@ class HardwareProfile:
         slow = self.compute_slowdown(world)
         costs = {phase: ({k: o for k, o in zip(UNIT_KINDS, fit[:-1])}, fit[-1])
                  for phase, fit in self.compute[precision].items()}
-        costs["step"] = ({}, self.optimizer_params_per_s.get("adam", 1e8))
+        costs["step"] = self.step_cost(precision)
         rate = costs["fwd"][1]
         ram = 2**30 * 16
         device = GPUSpec("cpu-rank (calibrated)", rate, None, rate, rate, 1.0, ram, 1e12,

@@ -65,8 +65,12 @@ def run(args) -> int:
         *overheads, rate = compute[phase]
         per_kind = ", ".join(f"{kind} {units.human_time(o)}" for kind, o in zip(UNIT_KINDS, overheads))
         print(f"  {label:<10} overhead {per_kind}; FLOPs at {rate / 1e9:,.2f} GFLOP/s")
-    print(f"  optimizer  Adam {profile.optimizer_params_per_s['adam'] / 1e6:,.0f} M params/s, "
+    print(f"  optimizer  Adam {profile.optimizer_params_per_s['adam'] / 1e6:,.0f} M params/s on a bare tensor, "
           f"copies {units.human_rate(profile.copy_bytes_per_s)}")
+    if profile.optimizer_step.get(precision):
+        overhead, rate = profile.optimizer_step[precision]
+        print(f"  step op    {units.human_time(overhead)} + parameters at {rate / 1e6:,.0f} M params/s "
+              "(the executor's Adam step inside its step: what the simulator prices)")
     print(f"  executor   {1e6 * profile.between_ops:.1f} us of its own work between ops, per op of the plan")
     print("  ranks   compute slowdown   first compute after a call   after a pipeline receive   ring step in a step"
           "   bandwidth   first call after computing   + per ms computed before it   pipeline send after computing"

@@ -31,6 +31,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from simpar.errors import SimparError
+from simpar.real.allocator import keep_freed_memory
 
 _OP_CHARS = 160
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
@@ -104,6 +105,7 @@ def _entry(rank, world, port, backend, timeout, worker, args, results, ops, step
     # One thread per rank: torch is imported (and its thread pool sized to every core) before this
     # runs, and several ranks' OpenMP pools spin-waiting on the same cores slow compute 100-fold.
     torch.set_num_threads(1)
+    keep_freed_memory()  # a step pays no page faults, as on a GPU's caching allocator (allocator.py)
     ctx = RankContext(rank, world, backend, ops, steps)
     try:
         if backend == "nccl":  # one GPU per rank

@@ -22,6 +22,7 @@ from simpar.cli import build_parser
 from simpar.cli.run import scenario_and_notes
 from simpar.cli.run_compare import real_options, report
 from simpar.errors import SimparError
+from simpar.real.allocator import keep_freed_memory
 from simpar.real.compare import real_json
 from simpar.real.executor import check_supported, run_rank
 from simpar.real.launch import _OP_CHARS, RankContext
@@ -37,6 +38,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SimparError("torchrun: RANK and WORLD_SIZE are not set; start this module with torchrun")
     if world != scenario.cluster.gpus:
         raise SimparError(f"--gpus: {scenario.cluster.gpus} ranks asked for, torchrun started {world}")
+    keep_freed_memory()  # as every rank simpar launches itself (allocator.py)
     if backend == "nccl":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     dist.init_process_group(backend, rank=rank, world_size=world, timeout=timedelta(seconds=timeout))

@@ -109,8 +109,10 @@ class OpCosts:
         kind = self.scenario.model.unit_kind(op.unit)
         if self.gpu.costs is not None:  # a calibrated profile: the framework's overhead, then the work
             overheads, rate = self.gpu.costs[op.phase]
+            if op.phase == "step":  # one optimizer step of the rank's parameters, whatever units they are
+                return overheads.get("step", 0.0) + op.params / rate
             overhead = overheads.get(kind, 0.0) * self._overhead_share(kind, op) if op.part else overheads.get(kind, 0.0)
-            return overhead + (op.params if op.phase == "step" else op.flops) / rate
+            return overhead + op.flops / rate
         if self.kernel_pricer is not None:  # a GPU: the kernels the unit launches, each priced by shape
             return self.kernel_pricer.time(kind, op)
         return max(op.flops / self.flops_rate, op.bytes / self.gpu.memory_bandwidth)

@@ -16,6 +16,8 @@ import statistics
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
+
 from simpar.calibrate.bench import (LONG_PHASE, PATTERN_OPS, SERIES, burst_worker, compute_worker, host_worker,
                                    pattern_worker, phase_cost, phase_worker, relay_worker, ring_steps, ring_worker,
                                    series_wake)
@@ -73,12 +75,12 @@ def pattern_rows(ranks: list[dict], world: int, resume: float = 0.0) -> list[dic
 
 def average_passes(passes: list[list[dict]]) -> list[dict]:
     """The rows of several ``compute_worker`` passes (the same units, in the same order) with each
-    unit's forward, backward and optimizer step seconds averaged over the passes; ``passes_fwd_s`` /
-    ``passes_bwd_s`` ... keep each pass's, for the record."""
+    unit's forward, backward and optimizer step seconds averaged over the passes; ``passes_<key>`` keeps
+    each pass's, for the record."""
     rows = []
     for same in zip(*passes):
         row = dict(same[0])
-        for phase in [p for p in ("fwd_s", "bwd_s", "between_ops_s", "step_s") if p in row]:
+        for phase in [p for p in ("fwd_s", "bwd_s", "between_ops_s", "step_s", "reduce_s") if p in row]:
             row[f"passes_{phase}"] = [r[phase] for r in same]
             row[phase] = statistics.fmean(row[f"passes_{phase}"])
         rows.append(row)
@@ -137,6 +139,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
         passes.append(compute_pass(precision, repeats, timeout))
     alone = average_passes(passes)
     compute, between, step = fit_compute(alone)
+    handling = fit_tensor_work(alone)
     rates = {}
     for name in ("adam", "sgd"):
         rows = [s for s in host["steps"] if s["optimizer"] == name]
@@ -147,6 +150,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
                            wake=wake, wake_growth=growth, wake_phase=phase, handoff=handoff, resume=resume,
                            resume_after_recv=resume_after_recv, resume_unit=unit_alone, between_ops=between,
                            optimizer_params_per_s=rates, optimizer_step={precision: step} if step else {},
+                           tensor_work={precision: handling} if handling else {},
                            copy_bytes_per_s=1.0 / seconds_per_byte if seconds_per_byte else 1e11,
                            samples={"compute": alone, "host": host, "shared": shared,
                                     "ring_sizes": RING_SIZES})
@@ -164,6 +168,24 @@ def fit_compute(alone: list[dict]) -> tuple[dict, float, list[float]]:
     compute = {phase: fit_unit_costs(alone, phase) for phase in ("fwd", "bwd")}
     step = fit_optimizer_step(alone)
     return compute, statistics.fmean(row["between_ops_s"] for row in alone), step
+
+
+def fit_tensor_work(alone: list[dict]) -> list[float]:
+    """[seconds per parameter tensor, seconds per parameter] of the executor's handling of the data around a
+    data-parallel collective: one-rank all-reduce ops (no communication) of models with different numbers
+    of tensors and parameters, least squares through the origin (a term that fits below zero is left out
+    and the other refitted); [] for rows from before it was timed."""
+    rows = list({(row["model"], row["batch"]): row for row in alone if "reduce_s" in row}.values())
+    if len({(row["tensors"], row["params"]) for row in rows}) < 2:
+        return []
+    design = np.array([[row["tensors"], row["params"]] for row in rows], dtype=float)
+    seconds = np.array([row["reduce_s"] for row in rows])
+    fit = np.linalg.lstsq(design, seconds, rcond=None)[0]
+    if min(fit) < 0:  # one term alone
+        keep = int(np.argmax(fit))
+        fit = np.zeros(2)
+        fit[keep] = float(np.linalg.lstsq(design[:, [keep]], seconds, rcond=None)[0][0])
+    return [float(fit[0]), float(fit[1])]
 
 
 def fit_optimizer_step(alone: list[dict]) -> list[float]:
@@ -186,7 +208,10 @@ def retimed(profile: HardwareProfile, passes: list[list[dict]], precision: str) 
     alone = average_passes(passes)
     fitted, between, step = fit_compute(alone)
     steps = {**profile.optimizer_step, precision: step} if step else profile.optimizer_step
+    handling = fit_tensor_work(alone)
+    handled = {**profile.tensor_work, precision: handling} if handling else profile.tensor_work
     return replace(profile, compute={**profile.compute, precision: fitted}, between_ops=between, optimizer_step=steps,
+                   tensor_work=handled,
                    samples={**profile.samples, "compute_retimed": alone})
 
 

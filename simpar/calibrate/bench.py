@@ -52,7 +52,10 @@ def compute_worker(ctx, models: list[str], batches: list[int], precision: str, r
     op (Adam over the whole model: ``step_s`` for ``params``) is timed here too, for the same reason:
     after the backward has filled the caches with other data, and with the executor's gradient
     flattening around it, it took 1.0 ms for tiny's 119 K parameters where Adam stepping the same
-    tensor again and again (``host_worker``) took 0.33 ms."""
+    tensor again and again (``host_worker``) took 0.33 ms. So is its gradients' all-reduce op, which on
+    one rank communicates nothing: ``reduce_s`` is the executor's own handling of the data around any
+    data-parallel collective (``tensors`` parameter tensors concatenated into one buffer, scaled, and
+    each gradient re-pointed into it)."""
     from simpar.real.executor import RankExecutor
 
     rows = []
@@ -65,6 +68,7 @@ def compute_worker(ctx, models: list[str], batches: list[int], precision: str, r
             seconds: dict[tuple[str, str], list[float]] = {}
             between: list[float] = []
             stepped: list[float] = []  # the optimizer step op, as the step meets it (its caches cold)
+            handled: list[float] = []  # the gradients' all-reduce op: on one rank, flattening and re-pointing
             try:
                 for step in range(repeats + 2):
                     executor.step(step)
@@ -78,6 +82,8 @@ def compute_worker(ctx, models: list[str], batches: list[int], precision: str, r
                             seconds.setdefault(key, []).append(entry["end"] - entry["start"])
                         elif getattr(op, "phase", None) == "step":
                             stepped.append(entry["end"] - entry["start"])
+                        elif getattr(op, "payload", None) == "grads":  # one rank: the data's handling alone
+                            handled.append(entry["end"] - entry["start"])
             finally:
                 executor.states.close()
             for kind, unit in (("embedding", 0), ("layer", 1), ("head", work.num_units - 1)):
@@ -86,7 +92,8 @@ def compute_worker(ctx, models: list[str], batches: list[int], precision: str, r
                              "bwd_flops": u.bwd_flops, "fwd_s": statistics.fmean(seconds[(kind, "fwd")]),
                              "bwd_s": statistics.fmean(seconds[(kind, "bwd")]),
                              "between_ops_s": statistics.fmean(between), "params": spec.params,
-                             "step_s": statistics.fmean(stepped)})
+                             "step_s": statistics.fmean(stepped), "reduce_s": statistics.fmean(handled),
+                             "tensors": sum(spec.unit_tensors(spec.unit_kind(u)) for u in range(work.num_units))})
     return rows
 
 

@@ -135,6 +135,9 @@ class HardwareProfile:
     # precision -> [seconds, params/s] of the executor's optimizer (Adam) step op on one rank, timed inside
     # its step (compute_worker); empty in older profiles: the bare-tensor rate, no overhead
     optimizer_step: dict[str, list[float]] = field(default_factory=dict)
+    # precision -> [seconds per parameter tensor, seconds per parameter] of the executor's handling of the
+    # data around a data-parallel collective (compute_worker's one-rank all-reduce); empty in older profiles
+    tensor_work: dict[str, list[float]] = field(default_factory=dict)
 
     # -- persistence ----------------------------------------------------------------------------
     def save(self, path: str) -> None:
@@ -229,6 +232,7 @@ class HardwareProfile:
         topology.resume_after_recv_latency = self.resume_after_recv_cost(world)
         topology.resume_unit = float(self._nearest(self.resume_unit, world)) if self.resume_unit else 0.0
         topology.between_ops = self.between_ops
+        topology.tensor_work = tuple(self.tensor_work.get(precision) or (0.0, 0.0))
         topology.core_slowdown = {int(k): float(v) for k, v in self.slowdown.items()}
         topology.step_latency_by_ranks = {int(k): float(v[0]) for k, v in self.ring.items()}
         topology.handoff_by_ranks = {int(k): float(v) for k, v in self.handoff.items()} or None

@@ -72,6 +72,10 @@ def run(args) -> int:
         print(f"  step op    {units.human_time(overhead)} + parameters at {rate / 1e6:,.0f} M params/s "
               "(the executor's Adam step inside its step: what the simulator prices)")
     print(f"  executor   {1e6 * profile.between_ops:.1f} us of its own work between ops, per op of the plan")
+    if profile.tensor_work.get(precision):
+        per_tensor, per_element = profile.tensor_work[precision]
+        print(f"             {1e6 * per_tensor:.1f} us per parameter tensor + {1e9 * per_element:.2f} ns per element "
+              "handling a data-parallel collective's data (flatten, scale, re-point)")
     print("  ranks   compute slowdown   first compute after a call   after a pipeline receive   ring step in a step"
           "   bandwidth   first call after computing   + per ms computed before it   pipeline send after computing"
           "   (ring step back to back)")

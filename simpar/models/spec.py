@@ -110,6 +110,18 @@ class ModelSpec:
                   ("up", h * f + b * f)) + ((("gate", h * f + b * f),) if self.activation == "swiglu" else ())
         return (("norm1", self._norm_params()), ("norm2", self._norm_params())) + linear + (("down", f * h + b * h),)
 
+    def module_tensors(self, name: str) -> int:
+        """Parameter tensors of one of ``unit_modules``' modules: a norm's weight (and a LayerNorm's bias),
+        an embedding's table, a linear layer's weight (and bias)."""
+        if name.startswith("norm"):
+            return 2 if self.norm == "layernorm" else 1
+        return 1 if name in ("tokens", "positions", "out") else 1 + int(self.bias)
+
+    def unit_tensors(self, kind: str) -> int:
+        """Parameter tensors of a unit (the executor's ``unit.parameters()``): what it flattens, splits and
+        re-points one by one around each data-parallel collective."""
+        return sum(self.module_tensors(name) for name, _ in self.unit_modules(kind))
+
     def vocab_per_tp_rank(self, tp: int) -> int:
         """Rows of the vocabulary-parallel embedding (and head) per rank; Megatron pads the vocabulary
         up to a multiple of tp."""

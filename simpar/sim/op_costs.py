@@ -28,7 +28,7 @@ class OpCosts:
         self._machines = self._machine_nodes()
         self._shares: dict = {}  # (unit kind, phase, part) -> share of the unit's calibrated overhead
         turns = (topology.wake_latency or topology.wake_growth or topology.resume_latency or topology.handoff_latency
-                 or topology.resume_after_recv_latency or topology.between_ops)
+                 or topology.resume_after_recv_latency or topology.between_ops or any(topology.tensor_work))
         self.after_compute, self.after_network = self._turns() if turns else ({}, {})
 
     def _turns(self) -> tuple[dict, dict]:
@@ -43,14 +43,16 @@ class OpCosts:
         the compute after its last one (DDP's all-reduce comes after the previous step's optimizer too, as in
         a run of many steps). Each compute also pays the executor's
         work between ops (``between_ops`` per op) for itself and every op since the compute before it, round
-        the step: that work is Python on the rank's core, so it is shared like compute."""
+        the step, and its handling of the data of every data-parallel collective since then (``handling``):
+        that work is Python on the rank's core, so it is shared like compute."""
         woken, resumed = {}, {}
         table = self.topology.core_slowdown
         slow = slowdown_at(table, self.plan.grid.world) if table else 1.0
         between = self.topology.between_ops
-        laps = 2 if self.topology.wake_growth or between else 1
+        laps = 2 if self.topology.wake_growth or between or any(self.topology.tensor_work) else 1
         for pi, prog in enumerate(self.plan.programs):
             phase, since = 0.0, 0  # ops since the last compute (the ops after a step's last one: its first's)
+            owed = 0.0  # the handling of the collectives since the last compute
             for _ in range(laps):
                 last = None
                 for op in prog.ops:
@@ -60,8 +62,10 @@ class OpCosts:
                     network = isinstance(op, (Collective, Send, Recv))
                     if isinstance(op, (Collective, Send)) and isinstance(last, (Compute, Copy)):
                         woken[(pi, op.id)] = phase
+                    if isinstance(op, Collective):
+                        owed += self.handling(op)
                     if isinstance(op, Compute):
-                        pays = between * since
+                        pays, owed = between * since + owed, 0.0
                         if op.device == "gpu" and isinstance(last, (Collective, Send, Recv)):
                             # after a pipeline receive the rank waits to be handed a core (stages take turns):
                             # a delay, paid whole; after a call it computes slower for a while: by its length
@@ -76,6 +80,22 @@ class OpCosts:
                     phase = 0.0 if network else phase
                     last = op if network or isinstance(op, (Compute, Copy)) else last
         return woken, resumed
+
+    def handling(self, op: Collective) -> float:
+        """Seconds the executor spends on a data-parallel collective's data besides moving it: concatenating
+        the units' (or the module's) parameter tensors into one buffer, scaling, and re-pointing each tensor
+        into the result (``Topology.tensor_work``: per tensor, per element; 0 for tensor-parallel activations,
+        which are one tensor already, and elsewhere)."""
+        per_tensor, per_element = self.topology.tensor_work
+        if op.group == "tp" or op.payload not in ("grads", "params") or not (per_tensor or per_element):
+            return 0.0
+        spec = self.scenario.model
+        if op.modules:
+            names = [name for name, _ in spec.unit_modules(spec.unit_kind(op.units[0]))]
+            tensors = sum(spec.module_tensors(names[m]) for m in op.modules)
+        else:
+            tensors = sum(spec.unit_tensors(spec.unit_kind(u)) for u in op.units)
+        return per_tensor * tensors + per_element * op.nbytes / op.itemsize
 
     def wakes(self, pi: int, op) -> bool:
         return (pi, op.id) in self.after_compute

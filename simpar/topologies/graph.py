@@ -70,6 +70,9 @@ class Topology:
         # (it is slower for a while, not held up a fixed time); 0: every compute pays it whole
         self.resume_unit = 0.0
         self.between_ops = 0.0  # seconds per plan op the executor spends between its ops (its own work)
+        # (seconds per parameter tensor, per parameter) the executor spends handling the data of a data-parallel
+        # collective (flattening the units' tensors, scaling, re-pointing each): Python on the rank's core
+        self.tensor_work = (0.0, 0.0)
         # CPU rank processes sharing a machine's cores: ranks computing at once -> how much slower each
         # computes (a calibrated profile's slowdown; sim/cores.py); None: every device computes on its own
         self.core_slowdown: dict[int, float] | None = None

@@ -1,0 +1,102 @@
+"""The executor's handling of a data-parallel collective's data (concatenating the units' parameter tensors,
+scaling, re-pointing each tensor): counted from the model, fitted on one-rank all-reduces, priced per call."""
+
+import pytest
+
+import simpar.calibrate as calibrate
+from simpar.calibrate.profile import HardwareProfile
+from simpar.models import PRESETS, model
+from simpar.plan import Collective, Compute
+from simpar.real.model import build_model
+from simpar.scenario import make_scenario
+from simpar.sim import simulate
+from simpar.sim.op_costs import OpCosts
+from simpar.strategies import build_plan
+
+PER_TENSOR, PER_ELEMENT = 15e-6, 2e-9
+
+
+def _profile(**extra) -> HardwareProfile:
+    return HardwareProfile(machine={"host": "test", "cores": 2, "torch": "x", "cpu": "x"},
+                           compute={"fp32": {"fwd": [20e-6, 100e-6, 50e-6, 50e9], "bwd": [40e-6, 200e-6, 90e-6, 40e9]}},
+                           slowdown={"1": 1.0, "2": 1.0}, ring={"2": [50e-6, 2e9]},
+                           optimizer_params_per_s={"adam": 1e8, "sgd": 4e8}, copy_bytes_per_s=1e10, **extra)
+
+
+def _scenario(strategy: str, **kwargs):
+    return make_scenario(model("tiny-deep"), strategy, 2, micro_batch=2, precision="fp32", topology="cpu-host",
+                         **kwargs)
+
+
+@pytest.mark.parametrize("name", [n for n in PRESETS if model(n).params < 5e6])
+def test_the_spec_counts_the_parameter_tensors_the_executors_units_hold(name):
+    spec = model(name)
+    units = build_model(spec).units
+    assert [spec.unit_tensors(spec.unit_kind(u)) for u in range(len(units))] == \
+        [len(list(unit.parameters())) for unit in units]
+
+
+def test_the_fit_recovers_the_cost_per_tensor_and_per_element():
+    rows = [{"model": name, "batch": b, "tensors": tensors, "params": params,
+             "reduce_s": PER_TENSOR * tensors + PER_ELEMENT * params}
+            for name, tensors, params in (("tiny", 36, 118_528), ("small", 68, 932_608)) for b in (1, 2, 4)]
+    assert calibrate.fit_tensor_work(rows) == pytest.approx([PER_TENSOR, PER_ELEMENT])
+    slow_small = [dict(row, reduce_s=row["reduce_s"] * (0.2 if row["model"] == "small" else 1.0)) for row in rows]
+    per_tensor, per_element = calibrate.fit_tensor_work(slow_small)  # would need a negative term: refitted
+    assert per_element == 0.0 and per_tensor > 0
+    assert calibrate.fit_tensor_work([{k: v for k, v in row.items() if k != "reduce_s"} for row in rows]) == []
+
+
+def _handled(strategy: str, **kwargs) -> tuple[float, float]:
+    """(seconds the plan's collectives of rank 0 are handled for, what its computes pay for them)."""
+    scenario = _scenario(strategy, **kwargs)
+    plan = build_plan(scenario)
+    priced = OpCosts(plan, scenario, _profile(tensor_work={"fp32": [PER_TENSOR, PER_ELEMENT]}).topology(2, "fp32"))
+    bare = OpCosts(plan, scenario, _profile().topology(2, "fp32"))
+    ops = plan.programs[0].ops
+    handled = sum(priced.handling(op) for op in ops if isinstance(op, Collective))
+    paid = sum(priced.resume(0, op) - bare.resume(0, op) for op in ops if isinstance(op, Compute))
+    return handled, paid
+
+
+def test_each_data_parallel_collective_is_handled_per_tensor_and_element_and_paid_by_a_compute():
+    spec = model("tiny-deep")
+    tensors = sum(spec.unit_tensors(spec.unit_kind(u)) for u in range(spec.layers + 2))
+    assert tensors == 133
+    handled, paid = _handled("ddp")  # one all-reduce of every unit's gradients
+    assert handled == pytest.approx(PER_TENSOR * 133 + PER_ELEMENT * spec.params)
+    assert paid == pytest.approx(handled)
+    handled, paid = _handled("zero1")  # a reduce-scatter of the gradients, an all-gather of the parameters
+    assert handled == pytest.approx(2 * (PER_TENSOR * 133 + PER_ELEMENT * spec.params)) and paid == pytest.approx(handled)
+    handled, paid = _handled("zero3")  # module by module: a norm's 2 tensors, a linear layer's weight and bias
+    assert paid == pytest.approx(handled)
+    scenario = _scenario("zero3")
+    gathers = [op for op in build_plan(scenario).programs[0].ops
+               if isinstance(op, Collective) and op.op == "allgather" and op.units == (1,)]
+    costs = OpCosts(build_plan(scenario), scenario,
+                    _profile(tensor_work={"fp32": [PER_TENSOR, 0.0]}).topology(2, "fp32"))
+    assert gathers and all(costs.handling(op) == pytest.approx(2 * PER_TENSOR) for op in gathers)  # norms, biased linears
+    assert _handled("tp") == (0.0, 0.0)  # activations: one tensor already, nothing to flatten
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "dp", "zero1"])
+def test_the_fast_path_prices_the_handling_as_the_full_simulation(strategy):
+    topology = _profile(tensor_work={"fp32": [PER_TENSOR, PER_ELEMENT]}).topology(2, "fp32")
+    topology.core_slowdown = None  # (with ranks sharing cores the fast path is the full one)
+    scenario = _scenario(strategy)
+    full = simulate(scenario, topology=topology).step_time_s
+    assert simulate(scenario, topology=topology, fast=True).step_time_s == pytest.approx(full, rel=1e-9)
+    bare = _profile().topology(2, "fp32")
+    bare.core_slowdown = None
+    assert full > simulate(scenario, topology=bare).step_time_s  # and it costs the step time
+
+
+def test_retimed_refits_the_handling():
+    rows = [{"model": name, "batch": b, "unit": kind, "fwd_flops": f * b, "bwd_flops": 2 * f * b,
+             "fwd_s": 10e-6 + f * b / 1e10, "bwd_s": 20e-6 + 2 * f * b / 1e10, "between_ops_s": 30e-6,
+             "tensors": tensors, "params": params, "reduce_s": PER_TENSOR * tensors + PER_ELEMENT * params}
+            for name, tensors, params in (("tiny", 36, 118_528), ("small", 68, 932_608)) for b in (1, 2, 4)
+            for kind, f in (("embedding", 1e5), ("layer", 4e6), ("head", 2e6))]
+    profile = _profile()
+    assert calibrate.retimed(profile, [rows], "fp32").tensor_work["fp32"] == pytest.approx([PER_TENSOR, PER_ELEMENT])
+    assert profile.tensor_work == {} and profile.topology(2, "fp32").tensor_work == (0.0, 0.0)

@@ -57,7 +57,8 @@ def real_json(scenario: Scenario, ranks: list[dict], steps: int, collectives: st
                           "offload_bytes": result["offload_bytes"] // steps, "memory": result["memory"],
                           "breakdown": parts, "op_time": busy, "step_times_s": result["step_times"]})
     notes = ["time per op: ops run one after another here (no stream overlap); a pipeline "
-             "receive's time includes waiting for the sender (the bubble)"]
+             "receive's time includes waiting for the sender (the bubble); a data-parallel collective's time "
+             "includes flattening and re-pointing its tensors (a calibrated profile prices that too)"]
     if collectives == "native":
         notes.append("collectives: the backend's own (--collectives native), whose traffic is not counted; "
                      "bytes sent and received are not measured")

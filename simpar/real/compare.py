@@ -33,11 +33,22 @@ def _per_step(nbytes: int | None, steps: int) -> int | None:
     return None if nbytes is None else nbytes // steps
 
 
+def measured_step_time(step_times_by_rank: list[list[float]]) -> float:
+    """The measured step time of a run: the mean over its steps of the slowest rank's time, the first
+    step left out when there are others (it warms up allocators and connections). Ranks finish a step
+    together (they exchange data), so a step lasts as long as its slowest rank. The mean, not the
+    median: a run takes the sum of its steps (its throughput is steps over that sum), and the
+    simulator prices a step's expected time, its calibrated costs means with their stalls included.
+    On the development VM step times are skewed by multi-millisecond stalls (ZeRO-3 at 2 ranks, one
+    launch: 154-368 ms a step, median 183, mean 218), and the median of the steps had read a run
+    faster than it ran (six launches of 12 steps, 2026-11-25: ZeRO-3 211 ms by the median, 232 by the
+    mean; tp 153 against 164; the data-parallel family within 1.5 %)."""
+    per_step = [max(times) for times in zip(*step_times_by_rank)]
+    return statistics.fmean(per_step[1:] if len(per_step) > 1 else per_step)
+
+
 def real_json(scenario: Scenario, ranks: list[dict], steps: int, collectives: str = "explicit") -> dict:
-    # Ranks finish a step together (they exchange data), so a step lasts as long as its slowest
-    # rank; the first step warms up allocators and connections, so it is left out when possible.
-    per_step = [max(r["step_times"][i] for r in ranks) for i in range(steps)]
-    step_time = statistics.median(per_step[1:] if steps > 1 else per_step)
+    step_time = measured_step_time([r["step_times"] for r in ranks])
     out_ranks, totals = [], dict.fromkeys(PARTS, 0.0)
     plan = build_plan(scenario)
     for rank, result in enumerate(ranks):

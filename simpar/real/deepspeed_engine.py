@@ -17,7 +17,6 @@ optimizer's step (where the fp32 gradient partitions exist).
 from __future__ import annotations
 
 import os
-import statistics
 import time
 
 import torch
@@ -186,6 +185,7 @@ def deepspeed_rank(ctx, scenario: Scenario, config: dict, steps: int, seed: int)
 
 
 def run_deepspeed(scenario: Scenario, config: dict, steps: int, seed: int, timeout: float, progress=None) -> dict:
+    from simpar.real.compare import measured_step_time
     from simpar.real.launch import launch
 
     require()
@@ -194,8 +194,7 @@ def run_deepspeed(scenario: Scenario, config: dict, steps: int, seed: int, timeo
                           "parallelism)")
     world = scenario.strategy.dp
     ranks = launch(deepspeed_rank, world, (scenario, config, steps, seed), timeout=timeout, progress=progress)
-    per_step = [max(r["step_times"][i] for r in ranks) for i in range(steps)]
     losses = [sum(r["losses"][i] for r in ranks) / world for i in range(steps)]
-    return {"step_time_s": statistics.median(per_step[1:] if steps > 1 else per_step), "losses": losses,
+    return {"step_time_s": measured_step_time([r["step_times"] for r in ranks]), "losses": losses,
             "ranks": [{"rank": i, "bytes_sent": r["bytes_sent"], "memory": r["memory"], "calls": r["calls"]}
                       for i, r in enumerate(ranks)]}

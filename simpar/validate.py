@@ -55,13 +55,15 @@ def judge(profile, strategy: str, gpus: int, precision: str, runs: list[dict]) -
 
 
 def run_cases(profile, pairs: list[tuple[str, int]], precision: str, steps: int, timeout: float,
-              repeats: int = 1, progress=None, retime: bool = False) -> list[dict]:
+              repeats: int = 1, progress=None, retime: bool = False, after=None) -> list[dict]:
     """Every (strategy, ranks) case of ``pairs``, ``repeats`` real runs each, in rounds (every case once,
     then every case again): this machine's speed drifts by tens of percent over minutes
     (docs/calibration.md), and rounds spread a drift over every case instead of loading it on one.
     With ``retime`` the units' compute is timed again after each round (the calibration's own
     micro-benchmark, one rank, no strategy) and the cases are priced with those passes' fit instead of
     the profile's: the compute of the same hour as the runs, not of the calibration's minutes.
+    ``after(profile)``, if given, is called once the runs are done and returns the profile to price
+    them with (``calibrated_around``: the average with a calibration taken after the runs).
     ``progress()`` is called after each run."""
     from simpar.calibrate import compute_pass, retimed
 
@@ -74,8 +76,22 @@ def run_cases(profile, pairs: list[tuple[str, int]], precision: str, steps: int,
                 progress()
         if retime:
             passes.append(compute_pass(precision, timeout=timeout))
-    priced = retimed(profile, passes, precision) if retime else profile
+    priced = after(profile) if after is not None else profile
+    priced = retimed(priced, passes, precision) if retime else priced
     return [judge(priced, *pair, precision, runs[pair]) for pair in pairs]
+
+
+def calibrated_around(profile, profile_path: str, precision: str, save_after: str, progress=None):
+    """``profile`` averaged with a calibration taken now, after the runs (the same world sizes), saved to
+    ``save_after``: a profile of the window the runs were taken in, not of the minutes before them (this
+    machine's state moves by tens of percent within an hour; ``simpar/calibrate/average.py``)."""
+    from simpar.calibrate import calibrate
+    from simpar.calibrate.average import average_profiles
+
+    worlds = tuple(sorted(int(w) for w in profile.ring))
+    later = calibrate(precision, worlds, progress=progress)
+    later.save(save_after)
+    return average_profiles([profile, later], [profile_path, save_after])
 
 
 def summary(cases: list[dict]) -> dict:
@@ -85,7 +101,8 @@ def summary(cases: list[dict]) -> dict:
             "bytes_exact": all(c["bytes_exact"] for c in cases), "memory_exact": all(c["memory_exact"] for c in cases)}
 
 
-def write_report(path: Path, profile_path: str, cases: list[dict], result: dict, retimed: bool = False) -> list[Path]:
+def write_report(path: Path, profile_path: str, cases: list[dict], result: dict, retimed: bool = False,
+                 after: str = "") -> list[Path]:
     """The markdown report at ``path``, the CSV and the plot beside it; returns the files written."""
     csv_path, plot_path = path.with_suffix(".csv"), path.with_suffix(".png")
     with open(csv_path, "w", newline="") as handle:
@@ -96,6 +113,7 @@ def write_report(path: Path, profile_path: str, cases: list[dict], result: dict,
     _plot(plot_path, cases)
     lines = [f"# simpar validate: {MODEL}, {len(cases)} cases", "",
              f"Hardware profile: `{profile_path}` (micro-benchmarks only; no case below was used to fit it)"
+             + (f", averaged with a calibration taken after the runs (`{after}`, `--calibrate-after`)" if after else "")
              + ("; the units' compute re-timed after each round of runs (`--compute retimed`)." if retimed else "."),
              "",
              f"median |error| {100 * result['median_abs_error']:.1f} %, max |error| "

@@ -24,6 +24,9 @@ def register(sub) -> None:
     p.add_argument("--repeats", default="10", help="runs per timed round (5 rounds, median; default 10)")
     p.add_argument("--out", help="where to save the profile (default: this machine's cache, used by "
                                  "--compare-real)")
+    p.add_argument("--average", metavar="P1,P2,...",
+                   help="measure nothing: average these profiles of this machine (calibrations taken at different "
+                        "times: its state moves by tens of percent within an hour) into one, saved to --out")
     add_json_flag(p, "the profile")
     p.set_defaults(handler=run)
 
@@ -36,9 +39,10 @@ def parse_worlds(text: str, flag: str, minimum: int = 1) -> tuple[int, ...]:
 
 
 def run(args) -> int:
-    from simpar.calibrate import calibrate, default_path  # imports torch: only when asked
-    from simpar.calibrate.profile import UNIT_KINDS
+    from simpar.calibrate import calibrate  # imports torch: only when asked
 
+    if args.average is not None:
+        return run_average(args)
     backend = args.backend.strip().lower()
     if backend == "nccl":
         return run_gpu(args)
@@ -52,6 +56,32 @@ def run(args) -> int:
     worlds = parse_worlds(args.gpus, "--gpus", minimum=2)  # ranks side by side: a ring needs two
     repeats = units.positive_int(args.repeats, "--repeats")
     profile = calibrate(precision, worlds, repeats, progress=lambda m: print(f"calibrating: {m}", file=sys.stderr))
+    return _save_and_show(profile, args, precision)
+
+
+def run_average(args) -> int:
+    """``--average P1,P2,...``: the profiles' average, saved and shown like a calibration."""
+    from simpar.calibrate.average import average_profiles
+    from simpar.calibrate.profile import HardwareProfile
+
+    paths = [part.strip() for part in args.average.split(",") if part.strip()]
+    if len(paths) < 2:
+        raise SimparError("--average: give two or more profiles, comma-separated (P1,P2,...)")
+    if args.backend.strip().lower() != "gloo" or args.gpu:
+        raise SimparError("--average: averages CPU-rank profiles; leave out --backend and --gpu")
+    try:
+        profiles = [HardwareProfile.load(path) for path in paths]
+    except SimparError as exc:  # load names --hardware, its usual flag
+        raise SimparError(f"--average: {str(exc).removeprefix('--hardware: ')}") from None
+    profile = average_profiles(profiles, paths)
+    precision = next(iter(profile.compute))
+    return _save_and_show(profile, args, precision, f"the average of {len(paths)} profiles")
+
+
+def _save_and_show(profile, args, precision: str, what: str = "") -> int:
+    from simpar.calibrate import default_path
+    from simpar.calibrate.profile import UNIT_KINDS
+
     path = args.out or str(default_path(precision))
     if not args.out:
         default_path(precision).parent.mkdir(parents=True, exist_ok=True)
@@ -60,7 +90,7 @@ def run(args) -> int:
         return 0
     compute = profile.compute[precision]
     print(f"hardware profile of {profile.machine['host']} ({profile.machine['cores']} cores, torch "
-          f"{profile.machine['torch']}), {precision}: saved to {path}")
+          f"{profile.machine['torch']}), {precision}{', ' + what if what else ''}: saved to {path}")
     for phase, label in (("fwd", "forward"), ("bwd", "backward")):
         *overheads, rate = compute[phase]
         per_kind = ", ".join(f"{kind} {units.human_time(o)}" for kind, o in zip(UNIT_KINDS, overheads))

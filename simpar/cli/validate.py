@@ -32,6 +32,11 @@ def register(sub) -> None:
                         "'retimed' times it again after each round of runs with the calibration's own one-rank "
                         "benchmark (about 15 s a round), so it is of the same hour as the runs: tells a miss "
                         "of the model from a calibration taken in a fast or slow window")
+    p.add_argument("--calibrate-after", action="store_true",
+                   help="calibrate again once the runs are done (about 5 minutes) and price the cases with the "
+                        "average of the profile and that calibration (saved beside the report as "
+                        "<out>.after.json): a profile of the runs' own window, on a machine whose state moves "
+                        "within an hour")
     p.add_argument("--timeout", default="600", help="seconds before a hung case is aborted (default 600)")
     p.add_argument("--out", default="validation.md", help="markdown report; .csv and .png beside it")
     p.add_argument("--published", nargs="?", const="", metavar="FILE",
@@ -81,7 +86,7 @@ def run(args) -> int:
 
     from simpar.calibrate.profile import HardwareProfile
     from simpar.scenario import STRATEGY_NAMES
-    from simpar.validate import run_cases, summary, write_report
+    from simpar.validate import calibrated_around, run_cases, summary, write_report
 
     strategies = [s.strip().lower() for s in args.strategies.split(",") if s.strip()]
     for name in strategies:
@@ -93,14 +98,21 @@ def run(args) -> int:
     repeats = units.positive_int(args.repeats, "--repeats")
     profile_path = args.hardware or str(ensure_profile("fp32"))
     profile = HardwareProfile.load(profile_path)
+    if args.calibrate_after and not isinstance(profile, HardwareProfile):
+        raise SimparError("--calibrate-after: calibrates CPU ranks; the --hardware profile is a GPU's")
+    after_path = str(Path(args.out).with_suffix(".after.json")) if args.calibrate_after else ""
+    around = (lambda p: calibrated_around(p, profile_path, "fp32", after_path,
+                                          lambda m: print(f"calibrating after the runs: {m}", file=sys.stderr))
+              ) if args.calibrate_after else None
     pairs = [(s, g) for s in strategies for g in worlds]
     with tqdm(total=len(pairs) * repeats, desc="validating", unit="run", file=sys.stderr, disable=None) as bar:
         cases = run_cases(profile, pairs, "fp32", steps, timeout, repeats, progress=bar.update,
-                          retime=args.compute == "retimed")
+                          retime=args.compute == "retimed", after=around)
     result = summary(cases)
-    files = write_report(Path(args.out), profile_path, cases, result, retimed=args.compute == "retimed")
+    files = write_report(Path(args.out), profile_path, cases, result, retimed=args.compute == "retimed",
+                         after=after_path)
     if args.json and write_json({"summary": result, "cases": cases, "hardware": profile_path,
-                                 "compute": args.compute}, args.json):
+                                 "calibrated_after": after_path or None, "compute": args.compute}, args.json):
         return 0
     for c in cases:
         print(f"  {c['strategy']:<8}{c['gpus']:>3} ranks  simulated {units.human_time(c['sim_step_s']):>10}  "
@@ -110,6 +122,8 @@ def run(args) -> int:
     print(f"median |error| {100 * result['median_abs_error']:.1f} %, max {100 * result['max_abs_error']:.1f} %, "
           f"median run-to-run spread {100 * result['median_spread']:.1f} %, "
           f"bytes exact: {result['bytes_exact']}; report: {', '.join(str(f) for f in files)}")
+    if after_path:
+        print(f"priced with the average of {profile_path} and the calibration after the runs, {after_path}")
     return 0
 
 

@@ -1,0 +1,77 @@
+"""Several calibrations of one machine merged into one profile: ``simpar calibrate --average P1,P2,...``.
+
+A calibration is a snapshot of a machine whose state moves. On the 2-core development VM two
+calibrations 45 minutes apart timed the same units alone 35-53 % apart, and priced the same 21
+``validate`` runs (taken between them) at median |error| 8.7 % (16 of 21 short) and 14.6 % (13 of 21
+long); their average priced those runs at 7.9 % (docs/calibration.md). A constant of the model is its
+typical value, so a profile for judging runs spread over an hour is best fitted over that hour:
+calibrate before and after (or every so often) and average.
+
+Every fitted figure is averaged as the time it stands for: figures in seconds (overheads, latencies,
+wakes, work between ops) and time factors (the compute slowdown, the wake's growth per second) by
+their mean; rates (FLOP/s, bytes/s, parameters/s) by the mean of their reciprocals, the seconds per
+unit of work, so that the averaged profile prices a piece of work at the mean of what the profiles price
+it at.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from simpar.calibrate.profile import HardwareProfile
+from simpar.errors import SimparError
+
+# fields (and positions inside their lists) that hold a rate, averaged as seconds per unit of work
+_RATE_FIELDS = ("optimizer_params_per_s", "copy_bytes_per_s")
+_RATE_LAST = ("compute",)  # [overhead per unit kind..., FLOP/s]
+_RATE_SECOND = ("ring", "optimizer_step")  # [seconds, rate]
+_AVERAGED = ("compute", "slowdown", "ring", "optimizer_params_per_s", "copy_bytes_per_s", "wake", "resume",
+             "handoff", "resume_after_recv", "wake_growth", "wake_phase", "between_ops", "resume_unit",
+             "optimizer_step", "tensor_work")
+
+
+def _mean(values: list[float], rate: bool) -> float:
+    if rate and all(v > 0 for v in values):  # seconds per unit of work, averaged, then back to a rate
+        return len(values) / sum(1.0 / v for v in values)
+    return sum(values) / len(values)
+
+
+def _merge(name: str, values: list, where: str):
+    """The average of one field's values across the profiles, of the same shape."""
+    first = values[0]
+    if isinstance(first, dict):
+        keys = set(first)
+        for other in values[1:]:
+            if set(other) != keys:
+                raise SimparError(f"--average: the profiles differ in {where} ({', '.join(sorted(map(str, keys)))} "
+                                  f"against {', '.join(sorted(map(str, other)))}); calibrate them with the same "
+                                  "--gpus and --precision")
+        return {key: _merge(name, [v[key] for v in values], f"{where}[{key}]") for key in first}
+    if isinstance(first, list):
+        if any(len(v) != len(first) for v in values):
+            raise SimparError(f"--average: the profiles differ in the length of {where}")
+        last = len(first) - 1
+        return [_mean([v[i] for v in values], (name in _RATE_LAST and i == last) or (name in _RATE_SECOND and i == 1))
+                for i in range(len(first))]
+    return _mean([float(v) for v in values], name in _RATE_FIELDS)
+
+
+def average_profiles(profiles: list[HardwareProfile], paths: list[str]) -> HardwareProfile:
+    """One profile whose every fitted figure is the average of ``profiles``' (same machine, same worlds
+    and precisions); its samples keep each profile's, with the paths they came from."""
+    if not profiles:
+        raise SimparError("--average: give two or more profiles, comma-separated")
+    for profile, path in zip(profiles, paths):
+        if not isinstance(profile, HardwareProfile):
+            raise SimparError(f"--average: {path} is a GPU profile; only CPU-rank profiles (simpar calibrate) average")
+        if profile.machine.get("host") != profiles[0].machine.get("host"):
+            raise SimparError(f"--average: {path} was calibrated on {profile.machine.get('host')!r}, "
+                              f"{paths[0]} on {profiles[0].machine.get('host')!r}: average calibrations of one machine")
+    fields = {name: _merge(name, [getattr(p, name) for p in profiles], name) for name in _AVERAGED}
+    samples = {"averaged_from": list(paths), "each": [p.samples for p in profiles]}
+    shared = [p.samples.get("shared", {}) for p in profiles]
+    worlds = [w for w in shared[0] if all("back_to_back" in s.get(w, {}) for s in shared)]
+    if worlds:  # the back-to-back ring step, kept for the table calibrate prints beside the step's pattern
+        samples["shared"] = {w: {"back_to_back": _merge("ring", [s[w]["back_to_back"] for s in shared], w)}
+                             for w in worlds}
+    return replace(profiles[0], samples=samples, **fields)

@@ -1,0 +1,121 @@
+"""``simpar calibrate --average``: calibrations of one machine taken at different times, merged into one
+profile (seconds by their mean, rates by the mean of their seconds per unit of work)."""
+
+import json
+
+import pytest
+
+from simpar.calibrate.average import average_profiles
+from simpar.calibrate.profile import HardwareProfile
+from simpar.errors import SimparError
+from simpar.models import model
+from simpar.scenario import make_scenario
+from simpar.sim import simulate
+
+
+def _profile(scale: float, host: str = "test", worlds=("2", "4")) -> HardwareProfile:
+    """A profile of a machine ``scale`` times slower than the first: every time x scale, every rate / scale."""
+    return HardwareProfile(machine={"host": host, "cores": 2, "torch": "x", "cpu": "x"},
+                           compute={"fp32": {"fwd": [20e-6 * scale, 100e-6 * scale, 50e-6 * scale, 50e9 / scale],
+                                             "bwd": [40e-6 * scale, 200e-6 * scale, 90e-6 * scale, 40e9 / scale]}},
+                           slowdown={"1": 1.0, **{w: 1.0 + 0.5 * int(w) * scale for w in worlds}},
+                           ring={w: [1e-3 * scale, 2e9 / scale] for w in worlds},
+                           optimizer_params_per_s={"adam": 1e8 / scale, "sgd": 4e8 / scale},
+                           copy_bytes_per_s=1e10 / scale, wake={w: 3e-4 * scale for w in worlds},
+                           resume={w: 2e-4 * scale for w in worlds}, between_ops=10e-6 * scale,
+                           optimizer_step={"fp32": [5e-4 * scale, 2e8 / scale]},
+                           tensor_work={"fp32": [15e-6 * scale, 2e-9 * scale]},
+                           samples={"shared": {w: {"back_to_back": [5e-4 * scale, 1e9 / scale]} for w in worlds}})
+
+
+def test_seconds_average_by_their_mean_and_rates_by_their_seconds_per_unit():
+    fast, slow = _profile(1.0), _profile(3.0)
+    merged = average_profiles([fast, slow], ["fast.json", "slow.json"])
+    # seconds: the mean (x2 of the first); rates: the harmonic mean (1 / 2 of the first: seconds per unit x2)
+    assert merged.compute["fp32"]["fwd"] == pytest.approx([40e-6, 200e-6, 100e-6, 25e9])
+    assert merged.ring["4"] == pytest.approx([2e-3, 1e9])
+    assert merged.optimizer_params_per_s == pytest.approx({"adam": 5e7, "sgd": 2e8})
+    assert merged.copy_bytes_per_s == pytest.approx(5e9)
+    assert merged.optimizer_step["fp32"] == pytest.approx([1e-3, 1e8])
+    assert merged.tensor_work["fp32"] == pytest.approx([30e-6, 4e-9])
+    assert merged.slowdown == pytest.approx({"1": 1.0, "2": 3.0, "4": 5.0})  # time factors: the mean
+    assert merged.wake["2"] == pytest.approx(6e-4) and merged.between_ops == pytest.approx(20e-6)
+    assert merged.samples["averaged_from"] == ["fast.json", "slow.json"]
+    assert merged.samples["shared"]["2"]["back_to_back"] == pytest.approx([1e-3, 5e8])
+
+
+def test_a_piece_of_work_is_priced_at_the_mean_of_what_the_profiles_price_it_at():
+    fast, slow = _profile(1.0), _profile(3.0)
+    merged = average_profiles([fast, slow], ["a", "b"])
+    flops = 7e6  # a layer's forward: overhead + flops / rate, linear in both, so the mean of the two
+    fast_s, slow_s, merged_s = (p.compute["fp32"]["fwd"][1] + flops / p.compute["fp32"]["fwd"][-1]
+                                for p in (fast, slow, merged))
+    assert merged_s == pytest.approx((fast_s + slow_s) / 2)
+
+
+def test_a_profile_averaged_with_itself_prices_every_strategy_as_it_does():
+    profile = _profile(1.0)
+    merged = average_profiles([profile, profile], ["a", "a"])
+    for strategy in ("ddp", "zero3", "pp", "tp"):
+        scenario = make_scenario(model("tiny-deep"), strategy, 2, micro_batch=2, microbatches=4 if strategy == "pp" else 1,
+                                 precision="fp32", topology="cpu-host")
+        times = [simulate(scenario, topology=p.topology(2, "fp32"), serial=True).step_time_s for p in (profile, merged)]
+        assert times[1] == pytest.approx(times[0], rel=1e-12)
+
+
+def test_profiles_of_other_worlds_or_machines_do_not_average():
+    with pytest.raises(SimparError, match="--average: the profiles differ in slowdown"):
+        average_profiles([_profile(1.0), _profile(1.0, worlds=("2", "8"))], ["a", "b"])
+    with pytest.raises(SimparError, match="--average: b was calibrated on 'other'"):
+        average_profiles([_profile(1.0), _profile(1.0, host="other")], ["a", "b"])
+
+
+def test_calibrate_average_saves_the_merged_profile_and_reports_bad_input(tmp_path, cli):
+    paths = []
+    for scale in (1.0, 3.0):
+        paths.append(str(tmp_path / f"p{scale}.json"))
+        _profile(scale).save(paths[-1])
+    out = tmp_path / "avg.json"
+    result = cli("calibrate", "--average", ",".join(paths), "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    assert "the average of 2 profiles" in result.stdout and str(out) in result.stdout
+    merged = HardwareProfile.load(str(out))
+    assert merged.ring["2"] == pytest.approx([2e-3, 1e9])
+    assert json.loads(out.read_text())["samples"]["averaged_from"] == paths
+    for args, message in [((paths[0],), "--average: give two or more profiles"),
+                          ((f"{paths[0]},{tmp_path / 'missing.json'}",), "--average: cannot read"),
+                          ((f"{paths[0]},{paths[1]}", "--backend", "nccl"), "--average: averages CPU-rank profiles")]:
+        result = cli("calibrate", "--average", *args, "--out", str(out))
+        assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr, result.stderr
+
+
+def test_validate_calibrate_after_prices_the_runs_with_the_average_of_the_profiles_around_them(monkeypatch, tmp_path):
+    import simpar.calibrate as calibrate
+    import simpar.validate as validate
+
+    events, priced = [], []
+    before, later = _profile(1.0), _profile(3.0)
+    monkeypatch.setattr(validate, "measure", lambda *case: events.append(("run", case[:2])) or {"step_time_s": 1.0})
+    monkeypatch.setattr(calibrate, "calibrate",
+                        lambda precision, worlds, progress=None: events.append(("calibrate", worlds)) or later)
+    monkeypatch.setattr(validate, "judge", lambda profile, *case: priced.append(profile) or case[:2])
+    after_path = str(tmp_path / "v.after.json")
+    pairs = [("ddp", 2), ("zero3", 4)]
+    validate.run_cases(before, pairs, "fp32", 3, 60.0, repeats=2,
+                       after=lambda p: validate.calibrated_around(p, "before.json", "fp32", after_path))
+    # every run first, then one calibration of the profile's own world sizes; every case priced with the average
+    assert events == [("run", p) for p in pairs] * 2 + [("calibrate", (2, 4))]
+    assert all(p is priced[0] for p in priced) and len(priced) == 2
+    assert priced[0].ring["2"] == pytest.approx([2e-3, 1e9])
+    assert priced[0].samples["averaged_from"] == ["before.json", after_path]
+    assert HardwareProfile.load(after_path).ring == later.ring  # the calibration after the runs is kept
+
+
+def test_the_report_names_the_calibration_after_the_runs(tmp_path):
+    import simpar.validate as validate
+
+    case = {"strategy": "ddp", "gpus": 2, "sim_step_s": 0.03, "real_step_s": 0.033, "error": -0.09, "spread": 0.2,
+            "bytes_exact": True, "memory_exact": True, "real_runs_s": [0.03, 0.033, 0.036]}
+    report = tmp_path / "v.md"
+    validate.write_report(report, "hw.json", [case], validate.summary([case]), after="v.after.json")
+    assert "averaged with a calibration taken after the runs (`v.after.json`" in report.read_text()

@@ -39,10 +39,10 @@ def parse_worlds(text: str, flag: str, minimum: int = 1) -> tuple[int, ...]:
 
 
 def run(args) -> int:
-    from simpar.calibrate import calibrate  # imports torch: only when asked
-
     if args.average is not None:
         return run_average(args)
+    from simpar.calibrate import calibrate  # imports torch: only when asked
+
     backend = args.backend.strip().lower()
     if backend == "nccl":
         return run_gpu(args)

@@ -101,13 +101,16 @@ def run(args) -> int:
     if args.calibrate_after and not isinstance(profile, HardwareProfile):
         raise SimparError("--calibrate-after: calibrates CPU ranks; the --hardware profile is a GPU's")
     after_path = str(Path(args.out).with_suffix(".after.json")) if args.calibrate_after else ""
-    around = (lambda p: calibrated_around(p, profile_path, "fp32", after_path,
-                                          lambda m: print(f"calibrating after the runs: {m}", file=sys.stderr))
-              ) if args.calibrate_after else None
+
+    def around(calibrated):  # once the runs are done: the average with a calibration taken then
+        say = lambda message: print(f"calibrating after the runs: {message}", file=sys.stderr)  # noqa: E731
+        return calibrated_around(calibrated, profile_path, "fp32", after_path, say)
+
     pairs = [(s, g) for s in strategies for g in worlds]
     with tqdm(total=len(pairs) * repeats, desc="validating", unit="run", file=sys.stderr, disable=None) as bar:
         cases = run_cases(profile, pairs, "fp32", steps, timeout, repeats, progress=bar.update,
-                          retime=args.compute == "retimed", after=around)
+                          retime=args.compute == "retimed",
+                          after=around if args.calibrate_after else None)
     result = summary(cases)
     files = write_report(Path(args.out), profile_path, cases, result, retimed=args.compute == "retimed",
                          after=after_path)

@@ -22,6 +22,7 @@ from simpar.calibrate.bench import (LONG_PHASE, PATTERN_OPS, SERIES, burst_worke
                                    pattern_worker, phase_cost, phase_worker, relay_worker, ring_steps, ring_worker,
                                    series_wake)
 from simpar.calibrate.profile import HardwareProfile, fit_collective_costs, fit_line, fit_unit_costs, machine_id
+from simpar.real import awake
 from simpar.real.launch import launch
 
 MODELS = ["tiny", "small"]
@@ -146,7 +147,10 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
         _, seconds_per_param = fit_line([s["params"] for s in rows], [s["seconds"] for s in rows])
         rates[name] = 1.0 / seconds_per_param if seconds_per_param else 1e10
     _, seconds_per_byte = fit_line([c["bytes"] for c in host["copies"]], [c["seconds"] for c in host["copies"]])
-    return HardwareProfile(machine=machine_id(), compute={precision: compute}, slowdown=slowdown, ring=ring,
+    # whether the ranks ran beside the spinners that keep the cores awake (real/awake.py): the calls are
+    # priced as measured, so a run taken the other way is priced with costs it did not have
+    machine = {**machine_id(), "kept_awake": awake.enabled()}
+    return HardwareProfile(machine=machine, compute={precision: compute}, slowdown=slowdown, ring=ring,
                            wake=wake, wake_growth=growth, wake_phase=phase, handoff=handoff, resume=resume,
                            resume_after_recv=resume_after_recv, resume_unit=unit_alone, between_ops=between,
                            optimizer_params_per_s=rates, optimizer_step={precision: step} if step else {},

@@ -67,6 +67,9 @@ def average_profiles(profiles: list[HardwareProfile], paths: list[str]) -> Hardw
         if profile.machine.get("host") != profiles[0].machine.get("host"):
             raise SimparError(f"--average: {path} was calibrated on {profile.machine.get('host')!r}, "
                               f"{paths[0]} on {profiles[0].machine.get('host')!r}: average calibrations of one machine")
+        if profile.machine.get("kept_awake", False) != profiles[0].machine.get("kept_awake", False):
+            raise SimparError(f"--average: {path} and {paths[0]} were calibrated one with the cores kept awake, "
+                              f"one without (SIMPAR_KEEP_AWAKE): their calls cost different things")
     fields = {name: _merge(name, [getattr(p, name) for p in profiles], name) for name in _AVERAGED}
     samples = {"averaged_from": list(paths), "each": [p.samples for p in profiles]}
     shared = [p.samples.get("shared", {}) for p in profiles]

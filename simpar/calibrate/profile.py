@@ -163,6 +163,18 @@ class HardwareProfile:
         except (json.JSONDecodeError, TypeError) as exc:
             raise SimparError(f"--hardware: {path} is not a simpar hardware profile ({exc})") from None
 
+    def awake_mismatch(self) -> str:
+        """A warning when this profile's ranks ran with the cores kept awake (real/awake.py) and runs now
+        would not, or the other way round (profiles from before the spinners: without); else ''."""
+        from simpar.real.awake import ENV, enabled
+
+        calibrated = bool(self.machine.get("kept_awake", False))
+        if calibrated == enabled():
+            return ""
+        how = lambda kept: "with the cores kept awake" if kept else "without the cores kept awake"  # noqa: E731
+        return (f"this profile was calibrated {how(calibrated)}, the ranks now run {how(enabled())} ({ENV}): "
+                f"their calls cost different things; recalibrate (simpar calibrate) the way the runs are taken")
+
     # -- interpolation by world size ------------------------------------------------------------
     @staticmethod
     def _nearest(table: dict[str, object], world: int):

@@ -75,8 +75,10 @@ def machine_topology(args, scenario: Scenario):
                           "ranks on this machine's CPU and needs a CPU profile (simpar calibrate) or none")
     if path is None:
         return cpu_topology(world), NOTE + " (run 'simpar calibrate' to measure this machine)"
-    return HardwareProfile.load(path).topology(world, precision), f"the simulator priced this run with the " \
-        f"hardware profile {path} (simpar calibrate: micro-benchmarks of this machine)"
+    profile = HardwareProfile.load(path)
+    mismatch = profile.awake_mismatch()  # (a GPU profile was refused above)
+    return profile.topology(world, precision), f"the simulator priced this run with the hardware profile " \
+        f"{path} (simpar calibrate: micro-benchmarks of this machine)" + (f"; warning: {mismatch}" if mismatch else "")
 
 
 def report(args, scenario: Scenario, real: dict, backend: str, notes: list[str], beside: dict | None = None) -> int:

@@ -32,6 +32,7 @@ import torch.multiprocessing as mp
 
 from simpar.errors import SimparError
 from simpar.real.allocator import keep_freed_memory
+from simpar.real.awake import cores_kept_awake
 
 _OP_CHARS = 160
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
@@ -141,6 +142,13 @@ class _PortTaken(Exception):
 
 
 def _launch_once(worker, world, args, timeout, backend, port, progress) -> list:
+    # gloo ranks share this machine's cores: keep them out of the idle state whose wake-ups cost a
+    # 4 ms tick on a VM (awake.py); a GPU rank's waits are the GPU's, not this machine's
+    with cores_kept_awake(backend == "gloo"):
+        return _run_ranks(worker, world, args, timeout, backend, port, progress)
+
+
+def _run_ranks(worker, world, args, timeout, backend, port, progress) -> list:
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     ops = ctx.Array(ctypes.c_char, _OP_CHARS * world, lock=False)

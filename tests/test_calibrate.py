@@ -26,7 +26,7 @@ def test_unit_costs_fit_an_overhead_per_kind_of_unit_and_one_rate():
     truth = {"embedding": 30e-6, "layer": 300e-6, "head": 80e-6}
     rows = [{"unit": kind, "fwd_flops": f, "fwd_s": truth[kind] + f / 2e10}
             for kind in truth for f in (1e6, 4e6, 16e6)]
-    assert fit_unit_costs(rows, "fwd") == pytest.approx([30e-6, 300e-6, 80e-6, 2e10])
+    assert fit_unit_costs(rows, "fwd") == (pytest.approx([30e-6, 300e-6, 80e-6, 2e10]), 0.0)
 
 
 def test_unit_costs_refit_without_an_overhead_that_fits_below_zero():
@@ -37,7 +37,7 @@ def test_unit_costs_refit_without_an_overhead_that_fits_below_zero():
     rows = [{"unit": "embedding", "fwd_flops": f, "fwd_s": 30e-6 + f / 2e10} for f in (1e6, 4e6, 16e6)]
     rows += [{"unit": "layer", "fwd_flops": f, "fwd_s": f / 2e10 * 0.9} for f in (1e6, 4e6, 16e6)]
     rows += [{"unit": "head", "fwd_flops": f, "fwd_s": 80e-6 + f / 2e10} for f in (1e6, 4e6, 16e6)]
-    fit = fit_unit_costs(rows, "fwd")
+    fit, _ = fit_unit_costs(rows, "fwd")
     assert fit[1] == 0.0 and all(v >= 0 for v in fit)
     # the same as least squares on the embedding, head and FLOP columns alone
     design = np.array([[r["unit"] == "embedding", r["unit"] == "head", r["fwd_flops"]] for r in rows], dtype=float)

@@ -104,3 +104,51 @@ def test_wake_growth_is_the_calls_extra_per_second_of_compute_between_the_short_
     for r in ranks:
         r["phases"][str(LONG_PHASE)] = [ms(40, 73, 80)]  # 7 ms: cheaper after the long phase
     assert wake_growth(ranks)[0] == 0.0
+
+
+def test_the_embeddings_backward_is_fitted_an_overhead_and_a_cost_per_element_of_its_table():
+    """Two tables (tiny's 16 K elements, small's 131 K), as the calibration times them: the dense table
+    gradient's cost per element comes out beside the unit overheads and the FLOP rate."""
+    from simpar.calibrate.profile import fit_unit_costs
+
+    truth = {"embedding": 90e-6, "layer": 300e-6, "head": 80e-6}
+    rows = [{"unit": kind, "table": table if kind == "embedding" else 0, "bwd_flops": f,
+             "bwd_s": truth[kind] + (table * 0.6e-9 if kind == "embedding" else 0) + f / 2e10}
+            for table in (16384, 131072) for kind in truth for f in ((0.0,) if kind == "embedding" else (1e6, 4e6))]
+    overheads, per_element = fit_unit_costs(rows, "bwd", table=True)
+    assert overheads == pytest.approx([90e-6, 300e-6, 80e-6, 2e10]) and per_element == pytest.approx(0.6e-9)
+    below = [dict(r, bwd_s=r["bwd_s"] - (r["table"] * 1.2e-9)) for r in rows]  # a table that costs less: no term
+    assert fit_unit_costs(below, "bwd", table=True)[1] == 0.0
+
+
+def test_the_simulator_prices_the_embeddings_backward_by_its_table_and_averages_the_term():
+    from simpar.calibrate.average import average_profiles
+    from simpar.calibrate.profile import HardwareProfile
+    from simpar.models import model
+    from simpar.scenario import make_scenario
+    from simpar.sim.op_costs import OpCosts
+    from simpar.strategies import build_plan
+
+    def profile(per_element):
+        return HardwareProfile(machine={"host": "t", "cores": 2}, embedding_table={"fp32": per_element},
+                               compute={"fp32": {"fwd": [20e-6, 100e-6, 50e-6, 50e9], "bwd": [40e-6, 200e-6, 90e-6, 40e9]}},
+                               slowdown={"1": 1.0, "2": 1.0}, ring={"2": [50e-6, 2e9]},
+                               optimizer_params_per_s={"adam": 1e8}, copy_bytes_per_s=1e10)
+
+    def embedding(name, prof, tp=1):
+        scenario = make_scenario(model(name), "tp" if tp > 1 else "ddp", tp, micro_batch=1, topology="cpu-host")
+        plan = build_plan(scenario)
+        costs = OpCosts(plan, scenario, prof.topology(plan.grid.world, "fp32"))
+        prog = plan.programs[0]
+        return {op.phase: costs.compute_time(prog, op) for op in prog.ops
+                if getattr(op, "unit", None) == 0 and getattr(op, "phase", None) in ("fwd", "bwd")}
+
+    for name in ("tiny", "small"):
+        spec = model(name)
+        table = (spec.vocab + spec.positions) * spec.hidden
+        assert embedding(name, profile(1e-9)) == pytest.approx({"fwd": 20e-6, "bwd": 40e-6 + table * 1e-9})
+        assert embedding(name, profile(0.0))["bwd"] == pytest.approx(40e-6)  # older profiles: the overhead alone
+    spec = model("small")  # a tensor-parallel rank holds its shard of the vocabulary
+    shard = (spec.vocab_per_tp_rank(2) + spec.positions) * spec.hidden
+    assert embedding("small", profile(1e-9), tp=2)["bwd"] == pytest.approx(40e-6 + shard * 1e-9)
+    assert average_profiles([profile(1e-9), profile(3e-9)], ["a", "b"]).embedding_table == {"fp32": pytest.approx(2e-9)}

@@ -139,7 +139,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
         say(f"compute, one rank (pass {len(passes) + 1})")
         passes.append(compute_pass(precision, repeats, timeout))
     alone = average_passes(passes)
-    compute, between, step = fit_compute(alone)
+    compute, between, step, table = fit_compute(alone)
     handling = fit_tensor_work(alone)
     rates = {}
     for name in ("adam", "sgd"):
@@ -155,6 +155,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
                            resume_after_recv=resume_after_recv, resume_unit=unit_alone, between_ops=between,
                            optimizer_params_per_s=rates, optimizer_step={precision: step} if step else {},
                            tensor_work={precision: handling} if handling else {},
+                           embedding_table={precision: table},
                            copy_bytes_per_s=1.0 / seconds_per_byte if seconds_per_byte else 1e11,
                            samples={"compute": alone, "host": host, "shared": shared,
                                     "ring_sizes": RING_SIZES})
@@ -165,13 +166,15 @@ def compute_pass(precision: str = "fp32", repeats: int = 10, timeout: float = 60
     return launch(compute_worker, 1, (MODELS, BATCHES, precision, repeats), timeout=timeout)[0]
 
 
-def fit_compute(alone: list[dict]) -> tuple[dict, float, list[float]]:
+def fit_compute(alone: list[dict]) -> tuple[dict, float, list[float], float]:
     """({phase: unit costs} fitted to ``average_passes``' rows, the executor's work between ops per op of
     the plan: one figure for every model and batch, as it is Python around each op, not the op's work;
-    its optimizer step [seconds per step, parameters per second]: a line over the models' sizes)."""
-    compute = {phase: fit_unit_costs(alone, phase) for phase in ("fwd", "bwd")}
+    its optimizer step [seconds per step, parameters per second]: a line over the models' sizes; seconds per
+    element of the embedding's table in its backward: ``fit_unit_costs``)."""
+    compute = {"fwd": fit_unit_costs(alone, "fwd")[0]}
+    compute["bwd"], table = fit_unit_costs(alone, "bwd", table=True)
     step = fit_optimizer_step(alone)
-    return compute, statistics.fmean(row["between_ops_s"] for row in alone), step
+    return compute, statistics.fmean(row["between_ops_s"] for row in alone), step, table
 
 
 def fit_tensor_work(alone: list[dict]) -> list[float]:
@@ -210,12 +213,12 @@ def retimed(profile: HardwareProfile, passes: list[list[dict]], precision: str) 
     """A copy of ``profile`` whose unit compute, work between ops and optimizer step are fitted to ``passes``
     (of ``compute_pass``) instead; everything else (collectives, sharing, wake, resume) as calibrated."""
     alone = average_passes(passes)
-    fitted, between, step = fit_compute(alone)
+    fitted, between, step, table = fit_compute(alone)
     steps = {**profile.optimizer_step, precision: step} if step else profile.optimizer_step
     handling = fit_tensor_work(alone)
     handled = {**profile.tensor_work, precision: handling} if handling else profile.tensor_work
     return replace(profile, compute={**profile.compute, precision: fitted}, between_ops=between, optimizer_step=steps,
-                   tensor_work=handled,
+                   tensor_work=handled, embedding_table={**profile.embedding_table, precision: table},
                    samples={**profile.samples, "compute_retimed": alone})
 
 

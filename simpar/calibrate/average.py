@@ -27,7 +27,7 @@ _RATE_LAST = ("compute",)  # [overhead per unit kind..., FLOP/s]
 _RATE_SECOND = ("ring", "optimizer_step")  # [seconds, rate]
 _AVERAGED = ("compute", "slowdown", "ring", "optimizer_params_per_s", "copy_bytes_per_s", "wake", "resume",
              "handoff", "resume_after_recv", "wake_growth", "wake_phase", "between_ops", "resume_unit",
-             "optimizer_step", "tensor_work")
+             "optimizer_step", "tensor_work", "embedding_table")
 
 
 def _mean(values: list[float], rate: bool) -> float:

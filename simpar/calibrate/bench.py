@@ -89,7 +89,8 @@ def compute_worker(ctx, models: list[str], batches: list[int], precision: str, r
             for kind, unit in (("embedding", 0), ("layer", 1), ("head", work.num_units - 1)):
                 u = work.units[unit]
                 rows.append({"model": name, "batch": b, "unit": kind, "fwd_flops": u.fwd_flops,
-                             "bwd_flops": u.bwd_flops, "fwd_s": statistics.fmean(seconds[(kind, "fwd")]),
+                             "bwd_flops": u.bwd_flops, "table": u.params if kind == "embedding" else 0,
+                             "fwd_s": statistics.fmean(seconds[(kind, "fwd")]),
                              "bwd_s": statistics.fmean(seconds[(kind, "bwd")]),
                              "between_ops_s": statistics.fmean(between), "params": spec.params,
                              "step_s": statistics.fmean(stepped), "reduce_s": statistics.fmean(handled),

@@ -57,11 +57,18 @@ def fit_line(xs, ys) -> tuple[float, float]:
     return intercept, slope
 
 
-def fit_unit_costs(rows: list[dict], phase: str) -> list[float]:
-    """[overhead of an embedding, a layer, a head, FLOP/s] fitted to ``rows`` (kind, flops, seconds)
-    by least squares with non-negative overheads: an overhead that fits below zero (noise) is
-    fixed at zero and the rest refitted without it."""
-    design = np.array([[r["unit"] == k for k in UNIT_KINDS] + [r[f"{phase}_flops"]] for r in rows], dtype=float)
+def fit_unit_costs(rows: list[dict], phase: str, table: bool = False) -> tuple[list[float], float]:
+    """([overhead of an embedding, a layer, a head, FLOP/s], seconds per element of the embedding's table)
+    fitted to ``rows`` (kind, flops, seconds; ``table``: the embedding's table elements) by least squares
+    with non-negative terms: one that fits below zero (noise) is fixed at zero and the rest refitted
+    without it. The table term (``table=True``, the backward) prices the embedding's dense gradient: its
+    backward writes a gradient of the whole vocab x hidden table (zeroed, then the tokens' rows added),
+    and with tied embeddings adds it to the head's; isolated on one rank, 96-104 us for tiny's 16 K
+    elements and 119-199 us for small's 131 K, whatever the batch; one overhead for both made small's 10-45 %
+    short and tiny-deep's 11-120 % long inside a step."""
+    columns = [[r["unit"] == k for k in UNIT_KINDS] + ([r.get("table", 0)] if table else []) + [r[f"{phase}_flops"]]
+               for r in rows]
+    design = np.array(columns, dtype=float)
     seconds = np.array([r[f"{phase}_s"] for r in rows])
     free = list(range(design.shape[1]))
     while True:
@@ -72,7 +79,8 @@ def fit_unit_costs(rows: list[dict], phase: str) -> list[float]:
             break
         free.remove(min(negative, key=lambda i: coefficients[i]))
     per_flop = max(float(coefficients[-1]), 1e-15)
-    return [float(c) for c in coefficients[:-1]] + [1.0 / per_flop]
+    overheads = [float(c) for c in coefficients[:len(UNIT_KINDS)]]
+    return overheads + [1.0 / per_flop], float(coefficients[len(UNIT_KINDS)]) if table else 0.0
 
 
 def fit_collective_costs(rows: list[dict], wake: float | None = None) -> tuple[float, float, float, float]:
@@ -138,6 +146,9 @@ class HardwareProfile:
     # precision -> [seconds per parameter tensor, seconds per parameter] of the executor's handling of the
     # data around a data-parallel collective (compute_worker's one-rank all-reduce); empty in older profiles
     tensor_work: dict[str, list[float]] = field(default_factory=dict)
+    # precision -> seconds per element of the embedding's table that its backward pays (the dense gradient:
+    # ``fit_unit_costs``); empty in older profiles: one overhead for every table
+    embedding_table: dict[str, float] = field(default_factory=dict)
 
     # -- persistence ----------------------------------------------------------------------------
     def save(self, path: str) -> None:
@@ -228,6 +239,7 @@ class HardwareProfile:
         slow = self.compute_slowdown(world)
         costs = {phase: ({k: o for k, o in zip(UNIT_KINDS, fit[:-1])}, fit[-1])
                  for phase, fit in self.compute[precision].items()}
+        costs["bwd"][0]["embedding_table"] = float(self.embedding_table.get(precision, 0.0))
         costs["step"] = self.step_cost(precision)
         rate = costs["fwd"][1]
         ram = 2**30 * 16

@@ -94,6 +94,8 @@ def _save_and_show(profile, args, precision: str, what: str = "") -> int:
     for phase, label in (("fwd", "forward"), ("bwd", "backward")):
         *overheads, rate = compute[phase]
         per_kind = ", ".join(f"{kind} {units.human_time(o)}" for kind, o in zip(UNIT_KINDS, overheads))
+        table = profile.embedding_table.get(precision, 0.0) if phase == "bwd" else 0.0
+        per_kind += f" + {1e9 * table:.2f} ns per element of its table" if table else ""
         print(f"  {label:<10} overhead {per_kind}; FLOPs at {rate / 1e9:,.2f} GFLOP/s")
     print(f"  optimizer  Adam {profile.optimizer_params_per_s['adam'] / 1e6:,.0f} M params/s on a bare tensor, "
           f"copies {units.human_rate(profile.copy_bytes_per_s)}")

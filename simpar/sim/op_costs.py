@@ -130,10 +130,17 @@ class OpCosts:
             if op.phase == "step":  # one optimizer step of the rank's parameters, whatever units they are
                 return overheads.get("step", 0.0) + op.params / rate
             overhead = overheads.get(kind, 0.0) * self._overhead_share(kind, op) if op.part else overheads.get(kind, 0.0)
+            if kind == "embedding" and overheads.get("embedding_table"):  # its backward's dense table gradient
+                overhead += overheads["embedding_table"] * self._embedding_table()
             return overhead + op.flops / rate
         if self.kernel_pricer is not None:  # a GPU: the kernels the unit launches, each priced by shape
             return self.kernel_pricer.time(kind, op)
         return max(op.flops / self.flops_rate, op.bytes / self.gpu.memory_bandwidth)
+
+    def _embedding_table(self) -> int:
+        """Elements of the embedding's table one rank holds (its vocabulary shard and the positions)."""
+        spec = self.scenario.model
+        return (spec.vocab_per_tp_rank(self.scenario.strategy.tp) + spec.positions) * spec.hidden
 
     def _overhead_share(self, kind: str, op: Compute) -> float:
         """The share of a whole unit's calibrated overhead that a piece of it (``op.part``: where tensor

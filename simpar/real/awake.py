@@ -10,7 +10,8 @@ this VM's idle states, not to the algorithm the executor referees, and it comes 
 where the scheduler places the threads, so it made the measured step time both longer and
 noisier. A core running a spinner never halts; the spinner is ``SCHED_IDLE``, so any rank that
 wakes preempts it at once and it takes no share worth measuring from a rank that computes.
-Measured with two spinners: exchanges over 2 ms 1-3 % of the time, mean 0.35 ms (0.11 ms pinned).
+Measured with two spinners: calls over 2 ms 1-4 % of the time, all-gathers 0.35 ms on average
+(exchanges 0.20-0.24 ms; 0.11-0.36 ms pinned).
 
 The spinners are plain ``python -c`` processes (no torch import: they start in milliseconds), die
 with simpar (``PR_SET_PDEATHSIG``), and are killed and reaped when the ranks are. Set
@@ -28,7 +29,8 @@ import sys
 ENV = "SIMPAR_KEEP_AWAKE"
 
 # the spinner: die with the parent (prctl PR_SET_PDEATHSIG = 1, SIGKILL = 9), pin to one core, idle
-# priority, spin; a failed prctl or SCHED_IDLE (not Linux) just ends it: it is an aid, not a need
+# priority, spin; where idle priority cannot be set the spinner exits with the error: it is an aid to
+# the ranks, not a need, and must never compete with them at normal priority
 _SPINNER = """
 import ctypes, ctypes.util, os, sys
 parent, core = int(sys.argv[1]), int(sys.argv[2])

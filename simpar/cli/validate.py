@@ -98,8 +98,9 @@ def run(args) -> int:
     repeats = units.positive_int(args.repeats, "--repeats")
     profile_path = args.hardware or str(ensure_profile("fp32"))
     profile = HardwareProfile.load(profile_path)
-    if isinstance(profile, HardwareProfile) and profile.awake_mismatch():
-        print(f"warning: {profile.awake_mismatch()}", file=sys.stderr)
+    mismatch = profile.awake_mismatch() if isinstance(profile, HardwareProfile) else ""
+    if mismatch:
+        print(f"warning: {mismatch}", file=sys.stderr)
     if args.calibrate_after and not isinstance(profile, HardwareProfile):
         raise SimparError("--calibrate-after: calibrates CPU ranks; the --hardware profile is a GPU's")
     after_path = str(Path(args.out).with_suffix(".after.json")) if args.calibrate_after else ""

@@ -11,6 +11,7 @@ on a shared machine it bounds the error any model could reach.
 from __future__ import annotations
 
 import csv
+import math
 import statistics
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from simpar.sim import simulate
 
 STRATEGIES = ("ddp", "dp", "zero1", "zero2", "zero3", "pp", "tp")
 MODEL = "tiny-deep"
+MAX_STEPS = 500  # a run's length by time stops here (a profile that prices a step at a millisecond)
 
 
 def case_scenario(strategy: str, gpus: int, precision: str):
@@ -34,6 +36,20 @@ def measure(strategy: str, gpus: int, precision: str, steps: int, timeout: float
     from simpar.real.compare import run_real  # torch: only when a case runs
 
     return run_real(case_scenario(strategy, gpus, precision), steps, timeout=timeout)
+
+
+def run_steps(profile, strategy: str, gpus: int, precision: str, steps: int, seconds: float) -> int:
+    """Steps of one real run of a case: ``steps``, or more, enough for the run to last ``seconds`` after its
+    warm-up step at the step time ``profile`` prices. This VM's speed flips between a fast and a slow state
+    (a unit's compute 1.5-1.6 ms against 2.2-3.2 ms, states lasting 0.5-4 s: docs/calibration.md), so a run
+    of a fraction of a second draws one state: dp at 2 ranks, six launches of 6 steps (0.2 s each) spread by
+    SD/mean 28 %, of 150 steps (4.5 s) by 10 %, the medians alike (32.0 and 31.1 ms). The price only sets
+    how long the run is, never what it is compared with."""
+    if not seconds or profile is None:
+        return steps
+    predicted = simulate(case_scenario(strategy, gpus, precision), topology=profile.topology(gpus, precision),
+                         serial=True).step_time_s
+    return min(max(steps, 1 + math.ceil(seconds / predicted)), MAX_STEPS)
 
 
 def judge(profile, strategy: str, gpus: int, precision: str, runs: list[dict]) -> dict:
@@ -51,11 +67,11 @@ def judge(profile, strategy: str, gpus: int, precision: str, runs: list[dict]) -
     return {"strategy": strategy, "gpus": gpus, "sim_step_s": sim["step_time_s"], "real_step_s": real["step_time_s"],
             "error": c["step_time_s"]["error"], "bytes_exact": bytes_exact, "memory_exact": memory_exact,
             "real_runs_s": times, "spread": (max(times) - min(times)) / real["step_time_s"],
-            "real_steps_s": real["ranks"][0]["step_times_s"]}
+            "real_steps_s": real["ranks"][0]["step_times_s"], "steps": real.get("steps")}
 
 
 def run_cases(profile, pairs: list[tuple[str, int]], precision: str, steps: int, timeout: float,
-              repeats: int = 1, progress=None, retime: bool = False, after=None) -> list[dict]:
+              repeats: int = 1, progress=None, retime: bool = False, after=None, seconds: float = 0.0) -> list[dict]:
     """Every (strategy, ranks) case of ``pairs``, ``repeats`` real runs each, in rounds (every case once,
     then every case again): this machine's speed drifts by tens of percent over minutes
     (docs/calibration.md), and rounds spread a drift over every case instead of loading it on one.
@@ -64,14 +80,15 @@ def run_cases(profile, pairs: list[tuple[str, int]], precision: str, steps: int,
     the profile's: the compute of the same hour as the runs, not of the calibration's minutes.
     ``after(profile)``, if given, is called once the runs are done and returns the profile to price
     them with (``calibrated_around``: the average with a calibration taken after the runs).
-    ``progress()`` is called after each run."""
+    Each run lasts at least ``seconds`` (``run_steps``). ``progress()`` is called after each run."""
     from simpar.calibrate import compute_pass, retimed
 
     runs: dict = {pair: [] for pair in pairs}
+    lengths = {pair: run_steps(profile, *pair, precision, steps, seconds) for pair in pairs}
     passes = []
     for _ in range(repeats):
         for pair in pairs:
-            runs[pair].append(measure(*pair, precision, steps, timeout))
+            runs[pair].append(measure(*pair, precision, lengths[pair], timeout))
             if progress is not None:
                 progress()
         if retime:
@@ -106,7 +123,7 @@ def write_report(path: Path, profile_path: str, cases: list[dict], result: dict,
     """The markdown report at ``path``, the CSV and the plot beside it; returns the files written."""
     csv_path, plot_path = path.with_suffix(".csv"), path.with_suffix(".png")
     with open(csv_path, "w", newline="") as handle:
-        writer = csv.DictWriter(handle, ["strategy", "gpus", "sim_step_s", "real_step_s", "error", "spread",
+        writer = csv.DictWriter(handle, ["strategy", "gpus", "sim_step_s", "real_step_s", "error", "spread", "steps",
                                          "bytes_exact", "memory_exact"], extrasaction="ignore")
         writer.writeheader()
         writer.writerows(cases)
@@ -120,11 +137,12 @@ def write_report(path: Path, profile_path: str, cases: list[dict], result: dict,
              f"{100 * result['max_abs_error']:.1f} %, bytes exact: {result['bytes_exact']}, "
              f"model-state memory exact: {result['memory_exact']}; median run-to-run spread of the measured "
              f"step time {100 * result['median_spread']:.1f} % (runs per case: {len(cases[0]['real_runs_s'])})", "",
-             "| strategy | ranks | simulated | measured | error | spread | bytes exact | memory exact |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | :---: | :---: |"]
+             "| strategy | ranks | simulated | measured | error | spread | steps a run | bytes exact | memory exact |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | :---: | :---: |"]
     for c in cases:
         lines.append(f"| {c['strategy']} | {c['gpus']} | {1e3 * c['sim_step_s']:.1f} ms | "
                      f"{1e3 * c['real_step_s']:.1f} ms | {100 * c['error']:+.1f} % | {100 * c['spread']:.0f} % | "
+                     f"{c.get('steps') or ''} | "
                      f"{'yes' if c['bytes_exact'] else 'NO'} | {'yes' if c['memory_exact'] else 'NO'} |")
     lines += ["", f"![simulated against measured step time]({plot_path.name})", ""]
     path.write_text("\n".join(lines))

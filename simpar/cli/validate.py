@@ -23,7 +23,12 @@ def register(sub) -> None:
     p.add_argument("--gpus", default="2,4,8", help="numbers of ranks (default 2,4,8)")
     p.add_argument("--hardware", help="hardware profile (default: this machine's, made by 'simpar calibrate' "
                                       "first if there is none)")
-    p.add_argument("--steps", default="6", help="training steps per case (the first is a warm-up; default 6)")
+    p.add_argument("--steps", default="6",
+                   help="training steps per run, at least (the first is a warm-up; default 6; --seconds may take more)")
+    p.add_argument("--seconds", default="4",
+                   help="each real run takes more steps than --steps where needed to last this long at the step "
+                        "time the profile prices (default 4; 0: --steps exactly): this machine's speed flips "
+                        "between states lasting seconds, and a short run draws one of them")
     p.add_argument("--repeats", default="1", help="real runs per case, their median compared (default 1; the "
                                                    "spread between runs is reported); taken in rounds, every "
                                                    "case once per round")
@@ -96,6 +101,7 @@ def run(args) -> int:
     steps = units.positive_int(args.steps, "--steps")
     timeout = units.positive(args.timeout, "--timeout")
     repeats = units.positive_int(args.repeats, "--repeats")
+    seconds = units.non_negative(args.seconds, "--seconds")
     profile_path = args.hardware or str(ensure_profile("fp32"))
     profile = HardwareProfile.load(profile_path)
     mismatch = profile.awake_mismatch() if isinstance(profile, HardwareProfile) else ""
@@ -113,7 +119,7 @@ def run(args) -> int:
     with tqdm(total=len(pairs) * repeats, desc="validating", unit="run", file=sys.stderr, disable=None) as bar:
         cases = run_cases(profile, pairs, "fp32", steps, timeout, repeats, progress=bar.update,
                           retime=args.compute == "retimed",
-                          after=around if args.calibrate_after else None)
+                          after=around if args.calibrate_after else None, seconds=seconds)
     result = summary(cases)
     files = write_report(Path(args.out), profile_path, cases, result, retimed=args.compute == "retimed",
                          after=after_path)

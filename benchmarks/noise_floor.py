@@ -1,13 +1,16 @@
 """How close can any model come to this machine's measured step times? The noise floor of `simpar validate`.
 
     python benchmarks/noise_floor.py [--gpus 2] [--rounds 9] [--strategies ddp,dp,...] [--hardware P1,P2]
+                                     [--steps 6] [--seconds 4]
 
 Runs every case (validate's: tiny-deep, fp32) ``rounds`` times, in rounds as validate does, and
 prints per case every measured step time, their pooled median and spread, and how far validate's
 figure (the median of 3 consecutive runs) lands from the pooled median: the error of an oracle
 that predicted each case's long-run median exactly. If the oracle misses 10 % in some windows, no
 model can hold every case within 10 % there. With ``--hardware`` it also prices each case with
-each calibrated profile (calibrations taken at different hours) against the pooled median.
+each calibrated profile (calibrations taken at different hours) against the pooled median. Each run
+lasts ``--seconds`` as validate's do (``run_steps``: priced with the first --hardware profile, else this
+machine's cached one; without either, ``--steps``).
 """
 
 from __future__ import annotations
@@ -16,10 +19,12 @@ import argparse
 import statistics
 import sys
 import time
+from pathlib import Path
 
+from simpar.calibrate import default_path
 from simpar.calibrate.profile import HardwareProfile
 from simpar.sim import simulate
-from simpar.validate import STRATEGIES, case_scenario, measure
+from simpar.validate import STRATEGIES, case_scenario, measure, run_steps
 
 WINDOW = 3  # runs per validate case (--repeats 3)
 TARGET = 0.10
@@ -52,18 +57,23 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--strategies", default=",".join(STRATEGIES))
     parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--seconds", type=float, default=4.0, help="each run lasts this long at least (0: --steps)")
     parser.add_argument("--hardware", default="", help="comma-separated profiles to price each case with")
     args = parser.parse_args(argv)
     if args.rounds < WINDOW:
         parser.error(f"--rounds: at least {WINDOW}")
     strategies = args.strategies.split(",")
+    sizing = (args.hardware.split(",")[0] if args.hardware else "") or str(default_path("fp32"))
+    profile = HardwareProfile.load(sizing) if args.seconds and Path(sizing).exists() else None
+    steps = {s: run_steps(profile, s, args.gpus, "fp32", args.steps, args.seconds) for s in strategies}
     runs: dict[str, list[float]] = {s: [] for s in strategies}
     began = time.monotonic()
     for round_ in range(args.rounds):
         for strategy in strategies:
-            runs[strategy].append(measure(strategy, args.gpus, "fp32", args.steps, 600)["step_time_s"])
+            runs[strategy].append(measure(strategy, args.gpus, "fp32", steps[strategy], 600)["step_time_s"])
         print(f"round {round_ + 1}/{args.rounds} done at {time.monotonic() - began:.0f} s", file=sys.stderr)
-    print(f"{args.gpus} ranks, {args.rounds} rounds, {args.steps} steps a run; oracle = the pooled median\n")
+    print(f"{args.gpus} ranks, {args.rounds} rounds, steps a run: "
+          + ", ".join(f"{s} {n}" for s, n in steps.items()) + "; oracle = the pooled median\n")
     print("\n".join(oracle_report(runs)))
     for path in filter(None, args.hardware.split(",")):
         profile = HardwareProfile.load(path)

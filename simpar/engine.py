@@ -128,6 +128,7 @@ class Network:
         """
         done = self.env.event()
         by_latency: dict[float, list[_Flow]] = defaultdict(list)
+        messages: set[tuple[str, str]] = set()
         pending = [0]
 
         def finish(flow: _Flow) -> None:
@@ -147,8 +148,14 @@ class Network:
             self.sent[src] += nbytes
             self.received[dst] += nbytes
             self.channel_bytes[route] += nbytes  # a route never repeats a channel
-            flow = _Flow(route, nbytes / wire_fraction, record, finish)
             delay = steps * self.topology.route_latency(src, dst) if latency is None else latency
+            size = nbytes / wire_fraction
+            if self.topology.latency_as_work:  # each end works half the latency, sharing its link (graph.py),
+                # once per pair and call: a coalesced call's pieces between two ranks go in one message
+                size += 0.0 if (src, dst) in messages else delay / 2 * self.topology.bottleneck(src, dst)
+                messages.add((src, dst))
+                delay = 0.0
+            flow = _Flow(route, size, record, finish)
             by_latency[delay].append(flow)
             pending[0] += 1
         if pending[0] == 0:

@@ -119,3 +119,13 @@ def test_the_report_names_the_calibration_after_the_runs(tmp_path):
     report = tmp_path / "v.md"
     validate.write_report(report, "hw.json", [case], validate.summary([case]), after="v.after.json")
     assert "averaged with a calibration taken after the runs (`v.after.json`" in report.read_text()
+
+
+def test_a_table_one_profile_lacks_is_averaged_over_the_profiles_that_have_it():
+    """A calibration from before simpar measured a figure (its table empty) averages with a newer one: the
+    newer one's table is kept, not refused (validate --calibrate-after beside an old cached profile)."""
+    older, newer = _profile(1.0), _profile(3.0)
+    newer.send_issue = {"2": 1e-3, "4": 2e-3}
+    averaged = average_profiles([older, newer], ["older.json", "newer.json"])
+    assert averaged.send_issue == {"2": 1e-3, "4": 2e-3}
+    assert averaged.ring["2"] == pytest.approx([2e-3, 1e9])  # the others as before

@@ -99,7 +99,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
     passes = [compute_pass(precision, repeats, timeout)]
     host = launch(host_worker, 1, (OPTIMIZER_PARAMS, repeats), timeout=timeout)[0]
     slowdown, ring, wake, handoff, resume, resume_after_recv, shared = {"1": 1.0}, {}, {}, {}, {}, {}, {}
-    growth, phase, unit_alone = {}, {}, {}
+    growth, phase, unit_alone, issue = {}, {}, {}, {}
     for world in worlds:
         say(f"{world} ranks at once: compute and ring steps")
         ranks = launch(_both, world, (precision, repeats), timeout=timeout)
@@ -127,6 +127,8 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
         # the first call's extra, timed inside each repetition (a fit of 1 call against 4 in a row split it
         # from the step latency anywhere between 0 and 1.9 ms at 2 ranks as the machine drifted)
         measured_wake = series_wake([r["pattern"]["series"] for r in ranks])
+        # what a pipeline send's isend holds its sender, right after computing: the mean, stalls included
+        issue[str(world)] = statistics.fmean(t for r in ranks for t in r["pattern"]["issued"])
         wake[str(world)], handoff[str(world)], step_alpha, bandwidth = fit_collective_costs(rows, measured_wake)
         ring[str(world)] = [step_alpha, bandwidth]
         # ... and how much more a call costs after a longer compute (the wait for the slowest rank grows)
@@ -151,7 +153,8 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
     # priced as measured, so a run taken the other way is priced with costs it did not have
     machine = {**machine_id(), "kept_awake": awake.enabled()}
     return HardwareProfile(machine=machine, compute={precision: compute}, slowdown=slowdown, ring=ring,
-                           wake=wake, wake_growth=growth, wake_phase=phase, handoff=handoff, resume=resume,
+                           wake=wake, wake_growth=growth, wake_phase=phase, handoff=handoff, send_issue=issue,
+                           resume=resume,
                            resume_after_recv=resume_after_recv, resume_unit=unit_alone, between_ops=between,
                            optimizer_params_per_s=rates, optimizer_step={precision: step} if step else {},
                            tensor_work={precision: handling} if handling else {},

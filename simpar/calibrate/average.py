@@ -26,7 +26,7 @@ _RATE_FIELDS = ("optimizer_params_per_s", "copy_bytes_per_s")
 _RATE_LAST = ("compute",)  # [overhead per unit kind..., FLOP/s]
 _RATE_SECOND = ("ring", "optimizer_step")  # [seconds, rate]
 _AVERAGED = ("compute", "slowdown", "ring", "optimizer_params_per_s", "copy_bytes_per_s", "wake", "resume",
-             "handoff", "resume_after_recv", "wake_growth", "wake_phase", "between_ops", "resume_unit",
+             "handoff", "send_issue", "resume_after_recv", "wake_growth", "wake_phase", "between_ops", "resume_unit",
              "optimizer_step", "tensor_work", "embedding_table")
 
 
@@ -56,6 +56,15 @@ def _merge(name: str, values: list, where: str):
     return _mean([float(v) for v in values], name in _RATE_FIELDS)
 
 
+def _measured(profiles: list[HardwareProfile], name: str) -> list:
+    """Each profile's ``name``; a table some profiles lack (empty: calibrated before simpar measured it)
+    is averaged over those that have it, not refused."""
+    values = [getattr(p, name) for p in profiles]
+    if isinstance(values[0], dict) or any(isinstance(v, dict) for v in values):
+        return [v for v in values if v] or values[:1]
+    return values
+
+
 def average_profiles(profiles: list[HardwareProfile], paths: list[str]) -> HardwareProfile:
     """One profile whose every fitted figure is the average of ``profiles``' (same machine, same worlds
     and precisions); its samples keep each profile's, with the paths they came from."""
@@ -70,7 +79,7 @@ def average_profiles(profiles: list[HardwareProfile], paths: list[str]) -> Hardw
         if profile.machine.get("kept_awake", False) != profiles[0].machine.get("kept_awake", False):
             raise SimparError(f"--average: {path} and {paths[0]} were calibrated one with the cores kept awake, "
                               f"one without (SIMPAR_KEEP_AWAKE): their calls cost different things")
-    fields = {name: _merge(name, [getattr(p, name) for p in profiles], name) for name in _AVERAGED}
+    fields = {name: _merge(name, _measured(profiles, name), name) for name in _AVERAGED}
     samples = {"averaged_from": list(paths), "each": [p.samples for p in profiles]}
     shared = [p.samples.get("shared", {}) for p in profiles]
     worlds = [w for w in shared[0] if all("back_to_back" in s.get(w, {}) for s in shared)]

@@ -128,6 +128,8 @@ class HardwareProfile:
     wake: dict[str, float] = field(default_factory=dict)  # world -> seconds the first call after computing pays
     resume: dict[str, float] = field(default_factory=dict)  # world -> seconds the first compute after a call pays
     handoff: dict[str, float] = field(default_factory=dict)  # world -> seconds a pipeline send after computing pays
+    # world -> seconds a pipeline send's isend holds its sender right after computing (pattern_worker's handoffs)
+    send_issue: dict[str, float] = field(default_factory=dict)
     # world -> seconds a compute right after a pipeline receive pays (relay_worker: stages take turns)
     resume_after_recv: dict[str, float] = field(default_factory=dict)
     # world -> seconds a collective's wake grows per second of compute since the rank's last call, beyond
@@ -260,4 +262,5 @@ class HardwareProfile:
         topology.core_slowdown = {int(k): float(v) for k, v in self.slowdown.items()}
         topology.step_latency_by_ranks = {int(k): float(v[0]) for k, v in self.ring.items()}
         topology.handoff_by_ranks = {int(k): float(v) for k, v in self.handoff.items()} or None
+        topology.send_issue_by_ranks = {int(k): float(v) for k, v in self.send_issue.items()} or None
         return topology

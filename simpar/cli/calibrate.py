@@ -110,7 +110,7 @@ def _save_and_show(profile, args, precision: str, what: str = "") -> int:
               "handling a data-parallel collective's data (flatten, scale, re-point)")
     print("  ranks   compute slowdown   first compute after a call   after a pipeline receive   ring step in a step"
           "   bandwidth   first call after computing   + per ms computed before it   pipeline send after computing"
-          "   (ring step back to back)")
+          "   its isend holds the sender   (ring step back to back)")
     for world in sorted(int(k) for k in profile.ring):
         alpha, bandwidth = profile.ring[str(world)]
         back = profile.samples.get("shared", {}).get(str(world), {}).get("back_to_back", [float("nan")])[0]
@@ -122,7 +122,8 @@ def _save_and_show(profile, args, precision: str, what: str = "") -> int:
               f"   {units.human_time(alpha):>19}   {units.human_rate(bandwidth):>9}"
               f"   {'+' + units.human_time(profile.wake_cost(world)):>26}"
               f"   {_growth(profile, world):>27}"
-              f"   {'+' + units.human_time(profile.handoff_cost(world)):>29}   {units.human_time(back):>24}")
+              f"   {'+' + units.human_time(profile.handoff_cost(world)):>29}"
+              f"   {units.human_time(profile.send_issue.get(str(world), 0.0)):>26}   {units.human_time(back):>24}")
     return 0
 
 

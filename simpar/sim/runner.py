@@ -84,6 +84,7 @@ class Simulator:
         self._groups: dict = {}
         self._arrivals: dict[str, simpy.Event] = {}
         self.send_issued: dict[str, float] = {}
+        self._held: dict[str, float] = {}  # send tag -> seconds its isend holds the sender (Topology.send_issue)
         users = {(i, op.stream) for i, p in enumerate(plan.programs) for op in p.ops if isinstance(op, NETWORK_OPS)}
         # replay "always" (strategy search): repeat a collective's first cost even where other streams could
         # contend with it - an approximation that makes 3D plans cheap to price
@@ -126,7 +127,11 @@ class Simulator:
                 yield self.env.all_of(waits)
             start = self.env.now
             action = self._perform(pi, op)
-            if action is not None and not (self.serial and isinstance(op, Send)):
+            if self.serial and isinstance(op, Send):  # the data leaves; its isend may hold the rank a while
+                held = self._held.pop(op.tag, 0.0)
+                if held:
+                    yield self.env.timeout(held)
+            elif action is not None:
                 yield action
             times[op.id] = (ready, start, self.env.now)
             done[op.id].succeed()
@@ -192,6 +197,7 @@ class Simulator:
         runnable = None
         if self.cores is not None:  # the ranks computing now, and each pair of this send
             runnable = min(self.plan.grid.world, self.cores.computing() + 2 * len(prog.ranks))
+            self._held[op.tag] = self.topology.send_issue(runnable)
         event = point_to_point(self.network, transfers, f"{op.tag} ", wakes, runnable)
         arrival = self._arrival(op.tag)
         event.callbacks.append(lambda _: arrival.succeed())

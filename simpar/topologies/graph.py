@@ -1,7 +1,8 @@
 """A topology: devices and switches joined by full-duplex links, with routing.
 
-Each physical link is two *channels*, one per direction, each with its own bandwidth; the
-simulator shares channels between the transfers crossing them. Routes are least-cost paths
+Each physical link is two *channels*, one per direction, each with its own bandwidth (a half-duplex
+link is one channel both directions share); the simulator shares channels between the transfers
+crossing them. Routes are least-cost paths
 (latency plus the time to move 1 MiB) that never pass *through* a GPU, host memory or a server
 (those only send and receive; a topology may let GPUs forward, as a plain ring network does), and
 never through a third machine: between two machines, only shared fabric nodes (machine ``None``,
@@ -28,13 +29,16 @@ _FOREIGN_NIC_PENALTY = 1e-9  # only breaks ties between equally fast NICs
 
 @dataclass(frozen=True)
 class Link:
-    """A full-duplex link. ``bandwidth`` is per direction; ``reverse_bandwidth`` defaults to it."""
+    """A full-duplex link. ``bandwidth`` is per direction; ``reverse_bandwidth`` defaults to it.
+    ``half_duplex``: one ``bandwidth`` shared by both directions (a CPU rank's end of a loopback
+    connection, whose core copies what it sends and what it receives)."""
 
     kind: str  # nvlink, pcie, ib, eth, membus, wire
     bandwidth: float  # bytes/s from the first endpoint to the second
     latency: float  # seconds per hop
     reverse_bandwidth: float | None = None
     efficiency: float = 1.0  # achieved fraction of the wire rate (costs/nccl.py LINK_EFFICIENCY)
+    half_duplex: bool = False
 
     def rate(self, forward: bool) -> float:
         if forward or self.reverse_bandwidth is None:
@@ -56,6 +60,10 @@ class Topology:
         # seconds a collective or send right after computing pays before its steps: the executor's gloo ranks
         # waiting for a peer still computing and waking from a blocked receive (a calibrated profile's wake)
         self.wake_latency = 0.0
+        # a message's latency is work its two ends do (half each) on their links' capacity, shared with the other
+        # messages they send and receive at once, not a delay: the executor's gloo ranks on a CPU, where a ring
+        # step (a rank sending and receiving) costs about twice a one-way message (engine.Network.transfer_all)
+        self.latency_as_work = False
         # ... and how that grows with the compute since the rank's last call: with more ranks than cores the
         # scheduler's time slices leave the ranks of a long phase further apart (seconds per second of compute
         # beyond wake_phase, the compute the wake was measured after; a calibrated profile's wake_growth)
@@ -81,12 +89,17 @@ class Topology:
         # waits for a core as long as the ranks computing or calling at that moment make it wait
         self.step_latency_by_ranks: dict[int, float] | None = None
         self.handoff_by_ranks: dict[int, float] | None = None
+        # seconds a pipeline send's isend holds its sender (it wakes threads that may take its core), by ranks
+        # runnable as the tables above (a calibrated profile's send_issue; None elsewhere: a send is free)
+        self.send_issue_by_ranks: dict[int, float] | None = None
         self.description = description
         self.graph = nx.Graph()
         self.gpus: list[str] = []  # index = rank
         self.server: str | None = None  # dedicated Worker-Server node, if the topology has one
         self._channels: list[tuple[str, str]] = []
         self._channel_ids: dict[tuple[str, str], int] = {}
+        self._forward: list[bool] = []  # whether a channel runs its link's way (a half-duplex one: both)
+        self._half_duplex: list[bool] = []
         self._capacity: list[float] = []
         self._latency: list[float] = []
         self._kind: list[str] = []
@@ -115,11 +128,16 @@ class Topology:
         self.graph.add_edge(a, b, link=link, cost=cost)
         self._adjacency_index = None
         for src, dst, forward in ((a, b, True), (b, a, False)):
+            if link.half_duplex and not forward:  # the reverse way is the same channel
+                self._channel_ids[(src, dst)] = self._channel_ids[(dst, src)]
+                continue
             self._channel_ids[(src, dst)] = len(self._channels)
             self._channels.append((src, dst))
             self._capacity.append(link.rate(forward) * link.efficiency)
             self._latency.append(link.latency)
             self._kind.append(link.kind)
+            self._forward.append(forward)
+            self._half_duplex.append(link.half_duplex)
 
     def set_efficiency(self, kind: str, efficiency_of_rate) -> None:
         """Give every link of ``kind`` the achieved fraction ``efficiency_of_rate(its forward rate)``
@@ -129,10 +147,9 @@ class Topology:
             if link.kind != kind:
                 continue
             data["link"] = link = Link(link.kind, link.bandwidth, link.latency, link.reverse_bandwidth,
-                                       efficiency_of_rate(link.rate(True)))
-            for channel in (self._channel_ids[(a, b)], self._channel_ids[(b, a)]):
-                forward = channel % 2 == 0  # connect() adds a link's forward channel first
-                self._capacity[channel] = link.rate(forward) * link.efficiency
+                                       efficiency_of_rate(link.rate(True)), link.half_duplex)
+            for channel in {self._channel_ids[(a, b)], self._channel_ids[(b, a)]}:
+                self._capacity[channel] = link.rate(self._forward[channel]) * link.efficiency
         self.bottleneck.cache_clear()
 
     # -- queries --------------------------------------------------------------------------
@@ -158,13 +175,21 @@ class Topology:
         wake = at(self.handoff_by_ranks) if self.handoff_by_ranks else self.handoff_latency
         return wake, at(self.step_latency_by_ranks)
 
+    def send_issue(self, runnable: int) -> float:
+        """Seconds a pipeline send holds its sender while ``runnable`` ranks compute or call (0 without the table)."""
+        table = self.send_issue_by_ranks
+        if not table:
+            return 0.0
+        keys = sorted(table)
+        return float(np.interp(runnable, keys, [table[k] for k in keys]))
+
     @property
     def capacities(self) -> np.ndarray:
         return np.asarray(self._capacity, dtype=float)
 
     def channel_name(self, channel: int) -> str:
         src, dst = self._channels[channel]
-        return f"{src}->{dst}"
+        return f"{src}<->{dst}" if self._half_duplex[channel] else f"{src}->{dst}"
 
     def channel_kind(self, channel: int) -> str:
         return self._kind[channel]

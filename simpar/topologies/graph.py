@@ -60,10 +60,6 @@ class Topology:
         # seconds a collective or send right after computing pays before its steps: the executor's gloo ranks
         # waiting for a peer still computing and waking from a blocked receive (a calibrated profile's wake)
         self.wake_latency = 0.0
-        # a message's latency is work its two ends do (half each) on their links' capacity, shared with the other
-        # messages they send and receive at once, not a delay: the executor's gloo ranks on a CPU, where a ring
-        # step (a rank sending and receiving) costs about twice a one-way message (engine.Network.transfer_all)
-        self.latency_as_work = False
         # ... and how that grows with the compute since the rank's last call: with more ranks than cores the
         # scheduler's time slices leave the ranks of a long phase further apart (seconds per second of compute
         # beyond wake_phase, the compute the wake was measured after; a calibrated profile's wake_growth)
@@ -92,6 +88,10 @@ class Topology:
         # seconds a pipeline send's isend holds its sender (it wakes threads that may take its core), by ranks
         # runnable as the tables above (a calibrated profile's send_issue; None elsewhere: a send is free)
         self.send_issue_by_ranks: dict[int, float] | None = None
+        # a message's latency is work its two ends do (half each) on their links' capacity, shared with the other
+        # messages they send and receive at once, not a delay: the executor's gloo ranks on a CPU, where a ring
+        # step (a rank sending and receiving) costs about twice a one-way message (engine.Network.transfer_all)
+        self.latency_as_work = False
         self.description = description
         self.graph = nx.Graph()
         self.gpus: list[str] = []  # index = rank

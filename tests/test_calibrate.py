@@ -11,7 +11,6 @@ from simpar.errors import SimparError
 from simpar.models import model
 from simpar.scenario import make_scenario
 from simpar.sim import simulate
-from simpar.plan import Send
 
 
 def _profile() -> HardwareProfile:
@@ -156,37 +155,6 @@ def test_a_ring_step_costs_the_fitted_latency_and_bandwidth():
     assert result.time_s == pytest.approx(2 * (50e-6 + 1e6 / 2e9), rel=1e-6)
     four = simulate_collective(_profile().topology(4, "fp32"), "allreduce", "ring", 4 * 10**6)
     assert four.time_s == pytest.approx(6 * (1e-3 + 1e6 / 1e9), rel=1e-6)  # 4 ranks: their own step (1 ms, 1 GB/s)
-
-
-def test_a_one_way_message_costs_half_a_ring_step_and_a_server_takes_its_workers_in_turn():
-    """A rank's core works for what it sends and what it receives: a ring step (both at once) is priced
-    as calibrated, a Worker-Server leg (one way) at half its latency and twice its bandwidth; the
-    server's end carries every worker's push, so at 4 ranks each phase is three legs long. The bytes
-    are the algorithm's, unchanged."""
-    from simpar.collective_run import simulate_collective
-
-    leg = 50e-6 / 2 + 2e6 / (2 * 2e9)  # one way: 2 MB, half the 50 us, at 4 GB/s
-    two = simulate_collective(_profile().topology(2, "fp32"), "allreduce", "ps", 2 * 10**6)
-    assert two.time_s == pytest.approx(2 * leg, rel=1e-6)  # push, then pull
-    leg = 1e-3 / 2 + 2e6 / (2 * 1e9)  # 4 ranks: their step is 1 ms and 1 GB/s
-    four = simulate_collective(_profile().topology(4, "fp32"), "allreduce", "ps", 2 * 10**6)
-    assert four.time_s == pytest.approx(2 * 3 * leg, rel=1e-6)
-    assert [r["bytes_sent"] for r in four.ranks] == [6 * 10**6, 2 * 10**6, 2 * 10**6, 2 * 10**6]
-    assert [r["bytes_received"] for r in four.ranks] == [6 * 10**6, 2 * 10**6, 2 * 10**6, 2 * 10**6]
-
-
-def test_a_half_duplex_link_is_one_channel_for_both_ways():
-    from simpar.topologies.graph import Link, Topology
-
-    topo = Topology("t")
-    for name in ("a", "b", "c"):
-        topo.add_node(name, "gpu")
-    topo.connect("a", "b", Link("eth", 4e9, 1e-6, half_duplex=True))
-    topo.connect("b", "c", Link("eth", 3e9, 1e-6, reverse_bandwidth=1e9))
-    assert topo.num_channels == 3 and topo.route("a", "b") == topo.route("b", "a") == (0,)
-    assert [topo.channel_name(c) for c in range(3)] == ["a<->b", "b->c", "c->b"]
-    topo.set_efficiency("eth", lambda rate: 0.5)
-    assert list(topo.capacities) == [2e9, 1.5e9, 0.5e9]
 
 
 def _woken(world: int = 2):
@@ -445,29 +413,3 @@ def test_a_compute_right_after_a_pipeline_receive_pays_its_own_resume():
             if type(op).__name__ not in ("Alloc", "Free"):
                 last = op
     assert sum(costs.resume(pi, op) == 7e-4 for pi, p in enumerate(plan.programs) for op in p.ops) == 8
-
-
-def test_a_pipeline_send_holds_its_sender_for_the_isend_measured_with_as_many_ranks_runnable():
-    """The executor's isend wakes threads that may take the sender's core: calibrated per world size
-    (``send_issue``), interpolated by the ranks runnable when the send goes, and held on the sending
-    rank in the executor's order (serial); without the table a send costs its sender nothing."""
-    from simpar.strategies import build_plan
-
-    profile = _profile()
-    profile.send_issue = {"2": 1e-3, "4": 3e-3}
-    topology = profile.topology(4, "fp32")
-    assert [topology.send_issue(k) for k in (1, 2, 3, 4, 8)] == pytest.approx([1e-3, 1e-3, 2e-3, 3e-3, 3e-3])
-    scenario = make_scenario(model("tiny-deep"), "pp", 2, micro_batch=2, microbatches=4, precision="fp32",
-                             topology="cpu-host")
-    profile.send_issue = {"2": 1e-3}
-    held = simulate(scenario, topology=profile.topology(2, "fp32"), serial=True)
-    free = simulate(scenario, topology=_profile().topology(2, "fp32"), serial=True)
-    plan = build_plan(scenario)
-    for timeline, program in zip(held.op_timeline, plan.programs):
-        sends = [e for e in timeline["ops"] if isinstance(program.ops[e["op"]], Send)]
-        assert len(sends) == 4 and all(e["end"] - e["start"] == pytest.approx(1e-3) for e in sends)
-    for timeline in free.op_timeline:
-        assert all(e["end"] == e["start"] for e in timeline["ops"] if e["class"] == "pipeline p2p"
-                   and e["stream"] == "send")
-    # some of the eight sends lie on the step's critical path (three, in this 1F1B), never more than all
-    assert 1e-3 - 1e-12 <= held.step_time_s - free.step_time_s <= 8e-3

@@ -60,7 +60,7 @@ def _measured(profiles: list[HardwareProfile], name: str) -> list:
     """Each profile's ``name``; a table some profiles lack (empty: calibrated before simpar measured it)
     is averaged over those that have it, not refused."""
     values = [getattr(p, name) for p in profiles]
-    if isinstance(values[0], dict) or any(isinstance(v, dict) for v in values):
+    if any(isinstance(v, dict) for v in values):
         return [v for v in values if v] or values[:1]
     return values
 

@@ -45,7 +45,7 @@ def simulate_collective(topology: Topology, op: str, algo: str | None, nbytes: i
     env = simpy.Environment()
     network = Network(env, topology)
     proto = protocol_for(topology, algo, phases)
-    collective(network, phases, proto=proto)
+    collective(network, phases, proto=proto, algo=algo)
     env.run()
     elapsed = float(env.now)
     n = len(group)

@@ -340,7 +340,8 @@ def test_calibrate_then_validate_end_to_end(tmp_path, cli):
     assert set(data["handoff"]) == {"2"} and data["handoff"]["2"] >= 0
     assert set(data["send_issue"]) == {"2"} and data["send_issue"]["2"] > 0  # an isend takes some time
     assert set(data["resume_unit"]) == {"2"} and data["resume_unit"]["2"] > 0  # the unit's time alone
-    assert len(data["samples"]["shared"]["2"]["pattern"]) == 18  # 3 ops x 3 sizes x (1 call, 4 in a row)
+    assert len(data["samples"]["shared"]["2"]["pattern"]) == 24  # 4 ops x 3 sizes x (1 call, 4 in a row)
+    assert set(data["worker_server"]) == {"2"} and all(v >= 0 for v in data["worker_server"]["2"])
     for phase in ("fwd", "bwd"):  # overheads per unit kind (never negative) and a FLOP rate
         fit = data["compute"]["fp32"][phase]
         assert len(fit) == 4 and all(math.isfinite(v) and v >= 0 for v in fit) and fit[-1] > 0

@@ -58,6 +58,9 @@ def test_pattern_rows_take_the_resume_off_what_the_calls_cost():
     for row in rows:  # the median round (calls ms + 0.5 ms) less the resume
         assert row["seconds"] == pytest.approx(row["calls"] * 1e-3)
     assert all(r["seconds"] == 0.0 for r in pattern_rows([{"pattern": timings}], 2, resume=1.0))  # never below 0
+    # a ring all-reduce's steps carry a chunk each, a Worker-Server all-reduce's 2(k - 1) legs the whole buffer
+    four = {(r["op"], r["bytes"]): (r["steps"], r["step_bytes"]) for r in pattern_rows([{"pattern": timings}], 4)}
+    assert four[("allreduce", 2**21)] == (6, 2**21 / 4) and four[("psreduce", 2**21)] == (6, 2**21)
 
 
 def test_compute_passes_are_averaged_unit_by_unit():

@@ -66,3 +66,51 @@ def test_a_pipeline_send_holds_its_sender_for_the_isend_measured_with_as_many_ra
                    and e["stream"] == "send")
     # some of the eight sends lie on the step's critical path (three, in this 1F1B), never more than all
     assert 1e-3 - 1e-12 <= held.step_time_s - free.step_time_s <= 8e-3
+
+
+def test_a_worker_server_all_reduce_is_priced_as_measured_in_the_steps_pattern():
+    """Where the calibration measured the executor's Worker-Server all-reduce on its own
+    (``worker_server``: its wake, each one-way leg's latency and bandwidth), its legs cost that, taken
+    in turn by the server (push, then pull: 2(k - 1) legs), and its first call after computing pays its
+    own wake in place of the ring's; the ring's pricing, and the bytes, do not change."""
+    from simpar.collective_run import simulate_collective
+    from simpar.strategies import build_plan
+
+    ring_before = simulate_collective(_profile().topology(4, "fp32"), "allreduce", "ring", 2 * 10**6).time_s
+    def calibrated():
+        profile = _profile()
+        profile.wake = {"2": 1e-3, "4": 2e-3}  # the ring's first call after computing
+        return profile
+
+    profile = calibrated()
+    profile.worker_server = {"2": [0.3e-3, 0.4e-3, 8e9], "4": [1.5e-3, 0.25e-3, 4e9]}
+    leg = 0.4e-3 + 2e6 / 8e9
+    two = simulate_collective(profile.topology(2, "fp32"), "allreduce", "ps", 2 * 10**6)
+    assert two.time_s == pytest.approx(2 * leg, rel=1e-6)
+    leg = 0.25e-3 + 2e6 / 4e9
+    four = simulate_collective(profile.topology(4, "fp32"), "allreduce", "ps", 2 * 10**6)
+    assert four.time_s == pytest.approx(2 * 3 * leg, rel=1e-6)
+    assert [r["bytes_sent"] for r in four.ranks] == [6 * 10**6, 2 * 10**6, 2 * 10**6, 2 * 10**6]
+    ring = simulate_collective(profile.topology(4, "fp32"), "allreduce", "ring", 2 * 10**6)
+    assert ring.time_s == ring_before
+
+    # in a step: dp's all-reduce after the backward pays the Worker-Server wake, ddp's the ring's
+    topology = profile.topology(2, "fp32")
+    assert topology.collective_wake(0.0, "ps") == pytest.approx(0.3e-3)
+    assert topology.collective_wake(0.0, "ring") == topology.collective_wake(0.0) == 1e-3
+    scenario = make_scenario(model("tiny-deep"), "dp", 2, micro_batch=2, precision="fp32", topology="cpu-host")
+    plan = build_plan(scenario)
+    measured = simulate(scenario, topology=topology, serial=True)
+    priced = simulate(scenario, topology=calibrated().topology(2, "fp32"), serial=True)
+    call = [e for e in measured.op_timeline[0]["ops"] if e["class"] == "collectives"]
+    assert len(call) == 1 and plan.programs[0].ops[call[0]["op"]].algo == "ps"
+    before = [e for e in priced.op_timeline[0]["ops"] if e["class"] == "collectives"][0]
+    nbytes = plan.programs[0].ops[call[0]["op"]].nbytes
+    # the call's wake and legs change by what the two pricings differ in, its handling does not
+    old = calibrated().topology(2, "fp32")
+    old_legs = 2 * (old.route_latency("gpu0", "gpu1") / 2 + nbytes / old.bottleneck("gpu0", "gpu1"))
+    new_legs = 2 * (0.4e-3 + nbytes / 8e9)
+    assert (call[0]["end"] - call[0]["start"]) - (before["end"] - before["start"]) == pytest.approx(
+        (0.3e-3 - old.wake_latency) + new_legs - old_legs, rel=1e-6)
+    # the fast path (symmetric replicas) prices it the same
+    assert simulate(scenario, topology=topology).step_time_s == pytest.approx(measured.step_time_s, rel=1e-9)

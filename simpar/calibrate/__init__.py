@@ -30,6 +30,9 @@ BATCHES = [1, 2, 4]
 RING_SIZES = [2**k for k in range(12, 22)]  # 4 KiB to 2 MiB
 PATTERN_SIZES = [2**12, 2**18, 2**21]  # 4 KiB to 2 MiB: a TP activation to a DDP bucket
 PHASE_SIZE = 2**18  # the all-reduce after phase_worker's short and long compute
+# how long phase_worker's loops run at the default 10 repeats (fewer repeats: shorter): long enough to
+# average the states of this VM's cores, which flip between fast and slow for seconds at a time
+PHASE_SECONDS = 8.0
 OPTIMIZER_PARAMS = [2**14, 2**18, 2**20]
 
 
@@ -48,7 +51,7 @@ def _both(ctx, precision: str, repeats: int) -> dict:
     return {"ring": ring_worker(ctx, RING_SIZES, repeats),
             "pattern": pattern_worker(ctx, PATTERN_SIZES, repeats),
             "relay": relay_worker(ctx, 3 * repeats),
-            "phases": phase_worker(ctx, PHASE_SIZE)}
+            "phases": phase_worker(ctx, PHASE_SIZE, PHASE_SECONDS * repeats / 10)}
 
 
 def wake_growth(ranks: list[dict]) -> tuple[float, float, dict]:
@@ -69,7 +72,7 @@ def pattern_rows(ranks: list[dict], world: int, resume: float = 0.0) -> list[dic
     pays that more, and the simulator charges it to the compute, not to the calls."""
     timings = ranks[0]["pattern"]
     return [{"op": op, "bytes": size, "calls": calls, "steps": ring_steps(op, world),
-             "step_bytes": max(size // 4, world) * 4 / (1 if op == "handoff" else world),
+             "step_bytes": max(size // 4, world) * 4 / (1 if op in ("handoff", "psreduce") else world),
              "seconds": max(statistics.median(timings[f"{op}{size}x{calls}"]) - resume, 0.0)}
             for op in PATTERN_OPS for size in PATTERN_SIZES for calls in (1, SERIES)]
 
@@ -99,7 +102,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
     passes = [compute_pass(precision, repeats, timeout)]
     host = launch(host_worker, 1, (OPTIMIZER_PARAMS, repeats), timeout=timeout)[0]
     slowdown, ring, wake, handoff, resume, resume_after_recv, shared = {"1": 1.0}, {}, {}, {}, {}, {}, {}
-    growth, phase, unit_alone, issue = {}, {}, {}, {}
+    growth, phase, unit_alone, issue, worker_server = {}, {}, {}, {}, {}
     for world in worlds:
         say(f"{world} ranks at once: compute and ring steps")
         ranks = launch(_both, world, (precision, repeats), timeout=timeout)
@@ -129,12 +132,19 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
         measured_wake = series_wake([r["pattern"]["series"] for r in ranks])
         # what a pipeline send's isend holds its sender, right after computing: the mean, stalls included
         issue[str(world)] = statistics.fmean(t for r in ranks for t in r["pattern"]["issued"])
-        wake[str(world)], handoff[str(world)], step_alpha, bandwidth = fit_collective_costs(rows, measured_wake)
+        ring_rows = [row for row in rows if row["op"] != "psreduce"]
+        wake[str(world)], handoff[str(world)], step_alpha, bandwidth = fit_collective_costs(ring_rows, measured_wake)
+        # the Worker-Server all-reduce on its own: its first call's wake, and each one-way leg as the server
+        # takes them in turn (at 4 ranks on 2 cores 2.5 ms a call at 4 KiB, where legs priced as half a ring
+        # step, 1.8 ms each, came to 7.2 ms: a leg wakes two ranks, a ring step waits for all four)
+        ps_wake = series_wake([r["pattern"]["series_ps"] for r in ranks])
+        _, _, leg, leg_rate = fit_collective_costs([row for row in rows if row["op"] == "psreduce"], ps_wake)
+        worker_server[str(world)] = [ps_wake, leg, leg_rate]
         ring[str(world)] = [step_alpha, bandwidth]
         # ... and how much more a call costs after a longer compute (the wait for the slowest rank grows)
         growth[str(world)], phase[str(world)], phases = wake_growth(ranks)
         shared[str(world)] = {"ring_seconds": steps, "pattern": rows, "pattern_compute": inside,
-                              "wake_fitted_with_the_steps": fit_collective_costs(rows)[0],
+                              "wake_fitted_with_the_steps": fit_collective_costs(ring_rows)[0],
                               "pattern_compute_without_calls": without, "burst_together": burst["together"],
                               "relay": ranks[0]["relay"], "phases": phases,
                               "back_to_back": [alpha, 1.0 / seconds_per_byte if seconds_per_byte else 1e12]}
@@ -154,6 +164,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
     machine = {**machine_id(), "kept_awake": awake.enabled()}
     return HardwareProfile(machine=machine, compute={precision: compute}, slowdown=slowdown, ring=ring,
                            wake=wake, wake_growth=growth, wake_phase=phase, handoff=handoff, send_issue=issue,
+                           worker_server=worker_server,
                            resume=resume,
                            resume_after_recv=resume_after_recv, resume_unit=unit_alone, between_ops=between,
                            optimizer_params_per_s=rates, optimizer_step={precision: step} if step else {},

@@ -141,7 +141,8 @@ def host_worker(ctx, params: list[int], repeats: int) -> dict:
     return {"steps": steps, "copies": copies}
 
 
-PATTERN_OPS = ("allgather", "allreduce", "handoff")  # handoff: a pipeline stage's send on, receive from behind
+# handoff: a pipeline stage's send on, receive from behind; psreduce: the executor's Worker-Server all-reduce
+PATTERN_OPS = ("allgather", "allreduce", "handoff", "psreduce")
 SERIES = 4  # calls in a row after one unit's compute (and 1): ZeRO-3 gathers a layer's modules so
 
 
@@ -167,10 +168,11 @@ def pattern_worker(ctx, sizes: list[int], repeats: int, rounds: int = 5) -> dict
     reps = max(4, 4 * repeats // n)  # more ranks than cores make every call slower: fewer of them
 
     bursts: dict[bool, list[float]] = {True: [], False: []}  # after calls?
-    series: list[list[float]] = []  # per repetition of a collective's series: [compute end, each call's end]
+    # per repetition of a ring collective's series (and apart, a Worker-Server one's): [compute end, each call's end]
+    series: dict[bool, list[list[float]]] = {False: [], True: []}  # Worker-Server?
     issued: list[float] = []  # seconds the isend of each handoff right after computing held its rank
 
-    def loop(collective, calls: int, marks: bool = False) -> float:
+    def loop(collective, calls: int, marks: list | None = None) -> float:
         dist.barrier()
         start = time.perf_counter()
         for _ in range(reps):
@@ -183,14 +185,15 @@ def pattern_worker(ctx, sizes: list[int], repeats: int, rounds: int = 5) -> dict
                 if call == 0 and isinstance(held, float):  # a handoff's isend
                     issued.append(held)
                 ends.append(time.perf_counter())
-            if marks:
-                series.append(ends)
+            if marks is not None:
+                marks.append(ends)
         dist.barrier()
         return (time.perf_counter() - start) / reps
 
-    out = {"base": [], "compute": bursts[True], "compute_base": bursts[False], "series": series, "issued": issued}
+    out = {"base": [], "compute": bursts[True], "compute_base": bursts[False], "series": series[False],
+           "series_ps": series[True], "issued": issued}
 
-    def beyond_compute(collective, calls: int, marks: bool) -> float:
+    def beyond_compute(collective, calls: int, marks: list | None) -> float:
         out["base"].append(loop(lambda: None, 0))
         return loop(collective, calls, marks) - out["base"][-1]
 
@@ -203,9 +206,10 @@ def pattern_worker(ctx, sizes: list[int], repeats: int, rounds: int = 5) -> dict
             mine = torch.tensor_split(flat, n)[ctx.rank]
             call = {"allgather": lambda: comm.ring_all_gather(mine, numel, group),
                     "allreduce": lambda: comm.ring_all_reduce(flat, group),
-                    "handoff": lambda: _handoff(comm, flat, ctx.rank, n)}[op]
+                    "handoff": lambda: _handoff(comm, flat, ctx.rank, n),
+                    "psreduce": lambda: comm.ps_all_reduce(flat, group)}[op]
             for calls in (1, SERIES):
-                marks = calls > 1 and op != "handoff"
+                marks = series[op == "psreduce"] if calls > 1 and op != "handoff" else None
                 out[f"{op}{size}x{calls}"] = [beyond_compute(call, calls, marks) for _ in range(rounds)]
     return out
 
@@ -229,15 +233,19 @@ def series_wake(series_by_rank: list[list[list[float]]]) -> float:
 LONG_PHASE = 8  # units computed before a call in phase_worker's long loops: a data-parallel step's backward
 
 
-def phase_worker(ctx, size: int, repeats: int = 5, rounds: int = 4) -> dict:
+def phase_worker(ctx, size: int, seconds: float = 8.0, repeats: int = 5) -> dict:
     """How a call's cost grows with the compute before it: ``pattern_worker``'s unit computed once or
     ``LONG_PHASE`` times in a row, then one all-reduce of ``size`` bytes (the executor's ring), every
-    rank at once; the two loops interleaved round by round against the machine's drift. {"1": [...],
-    "8": [...]}: per repetition [compute start, compute end, call end] on the machine's one monotonic
-    clock (``phase_cost``). With more ranks than cores the scheduler hands the cores out in time
-    slices, unevenly, so the ranks leave a long phase further apart and the call waits for the
-    slowest: at 4 ranks on 2 cores a DDP step's ranks reached its all-reduce 4-17 ms apart, where the
-    first call after one unit's compute paid 2.6 ms more than the calls after it (``series_wake``)."""
+    rank at once; the two loops interleaved round by round against the machine's drift, rounds
+    repeated until ``seconds`` have passed. {"1": [...], "8": [...]}: per repetition [compute start,
+    compute end, call end] on the machine's one monotonic clock (``phase_cost``). With more ranks than
+    cores the scheduler hands the cores out in time slices, unevenly, so the ranks leave a long phase
+    further apart and the call waits for the slowest: at 4 ranks on 2 cores a DDP step's ranks reached
+    its all-reduce 4-17 ms apart, where the first call after one unit's compute paid 2.6 ms more than
+    the calls after it (``series_wake``). At 2 ranks the ranks drift apart only while their cores run
+    at different speeds: each vCPU of the development VM flips between a fast and a slow state for
+    0.25-6.5 s at a time (benchmarks/host_speed.py), so a few rounds (0.6 s) drew a growth of 0 in one
+    window and 0.17 ms per ms of compute in another; seconds of rounds average the states."""
     comm, group = CountingComm(ctx.rank), list(range(ctx.world))
     unit = _unit_burst()
     flat = torch.zeros(max(size // 4, ctx.world))
@@ -245,7 +253,8 @@ def phase_worker(ctx, size: int, repeats: int = 5, rounds: int = 4) -> dict:
     for _ in range(3):  # warm up: a fresh process's first backward takes tens of milliseconds
         unit()
     comm.ring_all_reduce(flat, group)  # and the connections
-    for _ in range(rounds):
+    began, more = time.perf_counter(), torch.ones(1)
+    while more.item():
         for units in (1, LONG_PHASE):
             dist.barrier()
             for _ in range(repeats):
@@ -255,6 +264,8 @@ def phase_worker(ctx, size: int, repeats: int = 5, rounds: int = 4) -> dict:
                 computed = time.perf_counter()
                 comm.ring_all_reduce(flat, group)
                 marks[str(units)].append([start, computed, time.perf_counter()])
+        more.fill_(float(time.perf_counter() - began < seconds))
+        dist.broadcast(more, 0)  # rank 0's clock decides for all, so every rank runs the same rounds
     return marks
 
 
@@ -364,7 +375,7 @@ def burst_worker(ctx, repeats: int, rounds: int = 5) -> dict:
 
 def ring_steps(op: str, world: int) -> int:
     """Ring steps of one call: an all-gather k - 1, an all-reduce (reduce-scatter + all-gather) 2(k - 1),
-    a handoff one."""
+    a handoff one; of a Worker-Server all-reduce, its one-way legs: 2(k - 1), each the whole buffer."""
     if op == "handoff":
         return 1
-    return (world - 1) * (2 if op == "allreduce" else 1)
+    return (world - 1) * (2 if op in ("allreduce", "psreduce") else 1)

@@ -130,6 +130,9 @@ class HardwareProfile:
     handoff: dict[str, float] = field(default_factory=dict)  # world -> seconds a pipeline send after computing pays
     # world -> seconds a pipeline send's isend holds its sender right after computing (pattern_worker's handoffs)
     send_issue: dict[str, float] = field(default_factory=dict)
+    # world -> [wake s, latency s per leg, bytes/s per leg] of the executor's Worker-Server all-reduce in the
+    # step's pattern (pattern_worker's psreduce); empty in older profiles: its legs priced from the ring's step
+    worker_server: dict[str, list[float]] = field(default_factory=dict)
     # world -> seconds a compute right after a pipeline receive pays (relay_worker: stages take turns)
     resume_after_recv: dict[str, float] = field(default_factory=dict)
     # world -> seconds a collective's wake grows per second of compute since the rank's last call, beyond
@@ -263,4 +266,7 @@ class HardwareProfile:
         topology.step_latency_by_ranks = {int(k): float(v[0]) for k, v in self.ring.items()}
         topology.handoff_by_ranks = {int(k): float(v) for k, v in self.handoff.items()} or None
         topology.send_issue_by_ranks = {int(k): float(v) for k, v in self.send_issue.items()} or None
+        if self.worker_server:
+            wake, latency, rate = (float(x) for x in self._nearest(self.worker_server, world))
+            topology.worker_server_wake, topology.worker_server_leg = wake, (latency, rate)
         return topology

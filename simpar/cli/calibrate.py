@@ -124,6 +124,12 @@ def _save_and_show(profile, args, precision: str, what: str = "") -> int:
               f"   {_growth(profile, world):>27}"
               f"   {'+' + units.human_time(profile.handoff_cost(world)):>29}"
               f"   {units.human_time(profile.send_issue.get(str(world), 0.0)):>26}   {units.human_time(back):>24}")
+    if profile.worker_server:  # measured in the step's pattern on its own (older profiles: priced as ring steps)
+        print("  ranks   Worker-Server all-reduce: first call after computing   each one-way leg   leg bandwidth")
+        for world in sorted(int(k) for k in profile.worker_server):
+            wake, leg, rate = profile.worker_server[str(world)]
+            print(f"  {world:>5}   {'+' + units.human_time(wake):>50}   {units.human_time(leg):>16}"
+                  f"   {units.human_rate(rate):>13}")
     return 0
 
 

@@ -76,7 +76,7 @@ class _Durations:
                 return 0.0, Counter(), Counter(), None
             phases = plan_call(op, topology, [[gpus[r] for r in g] for g in groups])
             event = collective(network, phases, "", protocol_for(topology, op.algo or "ring", phases),
-                               self.costs.wake(pi, op))
+                               self.costs.wake(pi, op), op.algo)
         elif isinstance(op, Send):
             event = point_to_point(network, [(gpus[r], gpus[self.plan.grid.peer(r, op.peer)], op.nbytes, 1)
                                              for r in prog.ranks], wakes=self.costs.wakes(pi, op))

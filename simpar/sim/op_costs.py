@@ -102,7 +102,7 @@ class OpCosts:
         """Seconds a collective pays besides its steps on the executor's ranks: the topology's wake after
         the compute before it (0 after another call, and elsewhere) and the handling of its data."""
         phase = self.after_compute.get((pi, op.id))
-        return (0.0 if phase is None else self.topology.collective_wake(phase)) + self.handling(op)
+        return (0.0 if phase is None else self.topology.collective_wake(phase, op.algo)) + self.handling(op)
 
     def resume(self, pi: int, op: Compute) -> float:
         """What a compute pays on the executor's ranks beyond its work: the resume right after a call and

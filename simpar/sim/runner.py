@@ -178,7 +178,7 @@ class Simulator:
             entry.replays += 1
             return self.env.timeout(entry.duration)
         start, before = self.env.now, self.network.channel_bytes.copy()
-        process = collective(self.network, entry.phases, f"{op.payload} ", entry.protocol, wake)
+        process = collective(self.network, entry.phases, f"{op.payload} ", entry.protocol, wake, op.algo)
         if self.replay:
             def record(_, entry=entry):
                 entry.duration = self.env.now - start

@@ -88,6 +88,12 @@ class Topology:
         # seconds a pipeline send's isend holds its sender (it wakes threads that may take its core), by ranks
         # runnable as the tables above (a calibrated profile's send_issue; None elsewhere: a send is free)
         self.send_issue_by_ranks: dict[int, float] | None = None
+        # the executor's Worker-Server all-reduce as measured in the step's pattern (a calibrated profile's
+        # worker_server): its wake after computing, in place of wake_latency, and (seconds, bytes/s) of each
+        # one-way leg as the server takes them in turn; None: its legs priced through the links as a ring's step
+        # (at 4 ranks on 2 cores a leg wakes two ranks where a ring step waits for all four to be scheduled)
+        self.worker_server_wake: float | None = None
+        self.worker_server_leg: tuple[float, float] | None = None
         # a message's latency is work its two ends do (half each) on their links' capacity, shared with the other
         # messages they send and receive at once, not a delay: the executor's gloo ranks on a CPU, where a ring
         # step (a rank sending and receiving) costs about twice a one-way message (engine.Network.transfer_all)
@@ -158,9 +164,21 @@ class Topology:
         of ``resume_unit`` seconds: the share it lasts of that one, at most all of it."""
         return latency * min(compute / self.resume_unit, 1.0) if self.resume_unit > 0 else latency
 
-    def collective_wake(self, phase: float) -> float:
-        """Seconds a collective pays before its steps when it comes after ``phase`` seconds of compute."""
-        return self.wake_latency + self.wake_growth * max(phase - self.wake_phase, 0.0)
+    def collective_wake(self, phase: float, algo: str | None = None) -> float:
+        """Seconds a collective (of algorithm ``algo``) pays before its steps when it comes after ``phase``
+        seconds of compute: the wake measured for its algorithm, and the wait for the slowest rank's growth."""
+        wake = self.worker_server_wake if algo == "ps" and self.worker_server_wake is not None else self.wake_latency
+        return wake + self.wake_growth * max(phase - self.wake_phase, 0.0)
+
+    def leg_pricing(self, algo: str | None, phases) -> tuple[float, float] | None:
+        """(latency, wire fraction) for ``Network.transfer_all`` that price each leg of a Worker-Server call as
+        measured (``worker_server_leg``); None: the links' own."""
+        if algo != "ps" or self.worker_server_leg is None or not phases or not phases[0].transfers:
+            return None
+        latency, rate = self.worker_server_leg
+        first = phases[0].transfers[0]
+        # as work (latency_as_work) a leg's latency costs half on each end: twice the measured, alone
+        return 2 * latency if self.latency_as_work else latency, rate / self.bottleneck(first.src, first.dst)
 
     def send_costs(self, runnable: int) -> tuple[float, float] | None:
         """(handoff wake, step latency) of a pipeline send while ``runnable`` ranks compute or call, from

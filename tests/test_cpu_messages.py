@@ -114,3 +114,50 @@ def test_a_worker_server_all_reduce_is_priced_as_measured_in_the_steps_pattern()
         (0.3e-3 - old.wake_latency) + new_legs - old_legs, rel=1e-6)
     # the fast path (symmetric replicas) prices it the same
     assert simulate(scenario, topology=topology).step_time_s == pytest.approx(measured.step_time_s, rel=1e-9)
+
+
+def test_a_call_after_a_short_compute_pays_a_share_of_the_wake():
+    """The first call after computing pays more than the calls after it, and more the longer the compute
+    (2 ranks, 4 KiB: 0.9 ms back to back, 1.7 after 0.3 ms of compute, 3.2 after the unit). The profile
+    measures it after a short compute too (``wake_short``); below the unit's compute the wake is
+    interpolated through (0, 0), that point and the unit's, as a share of the algorithm's wake; beyond,
+    it is whole and grows. A tensor-parallel piece's all-reduce pays its share."""
+    from simpar.strategies import build_plan
+    from simpar.sim.op_costs import OpCosts
+
+    profile = _profile()
+    profile.wake, profile.wake_phase, profile.wake_growth = {"2": 1e-3}, {"2": 2e-3}, {"2": 0.1}
+    profile.worker_server = {"2": [0.5e-3, 1e-4, 1e9]}
+    whole = profile.topology(2, "fp32")
+    assert whole.wake_share(0.0) == whole.wake_share(1e-3) == 1.0  # not measured: paid whole
+    profile.wake_short = {"2": [0.5e-3, 0.6e-3]}
+    topology = profile.topology(2, "fp32")
+    shares = [topology.wake_share(p) for p in (0.0, 0.25e-3, 0.5e-3, 1.25e-3, 2e-3, 5e-3)]
+    assert shares == pytest.approx([0.0, 0.3, 0.6, 0.8, 1.0, 1.0])
+    assert topology.collective_wake(1.25e-3) == pytest.approx(0.8e-3)
+    assert topology.collective_wake(1.25e-3, "ps") == pytest.approx(0.4e-3)  # the same share of its own
+    assert topology.collective_wake(4e-3) == pytest.approx(1e-3 + 0.1 * 2e-3)  # whole, and the growth
+    topology.wake_short = (3e-3, 0.9e-3)  # no point below the unit's compute: a straight line to it
+    assert topology.wake_share(1e-3) == pytest.approx(0.5)
+
+    scenario = make_scenario(model("tiny-deep"), "tp", 2, micro_batch=2, precision="fp32", topology="cpu-host")
+    plan = build_plan(scenario)
+    short, paid = (simulate(scenario, topology=p.topology(2, "fp32"), serial=True) for p in (profile, _whole(profile)))
+    costs = OpCosts(plan, scenario, profile.topology(2, "fp32"))
+    calls = [e for e in short.op_timeline[0]["ops"] if e["class"] == "collectives"]
+    before = {e["op"]: e for e in paid.op_timeline[0]["ops"] if e["class"] == "collectives"}
+    assert len(calls) == len(before) > 0
+    phases = [costs.after_compute[(0, e["op"])] for e in calls if (0, e["op"]) in costs.after_compute]
+    assert sum(p < 0.5e-3 for p in phases) > len(phases) / 2  # most follow a piece's compute: short of the unit
+    for e in calls:  # each call after a piece pays what its share leaves off the whole wake
+        phase = costs.after_compute.get((0, e["op"]))
+        saved = 0.0 if phase is None else 1e-3 * (1 - costs.topology.wake_share(phase))
+        was = before[e["op"]]
+        assert (was["end"] - was["start"]) - (e["end"] - e["start"]) == pytest.approx(saved, abs=1e-9)
+    assert short.step_time_s < paid.step_time_s
+
+
+def _whole(profile):
+    from dataclasses import replace
+
+    return replace(profile, wake_short={})

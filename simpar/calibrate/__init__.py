@@ -102,7 +102,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
     passes = [compute_pass(precision, repeats, timeout)]
     host = launch(host_worker, 1, (OPTIMIZER_PARAMS, repeats), timeout=timeout)[0]
     slowdown, ring, wake, handoff, resume, resume_after_recv, shared = {"1": 1.0}, {}, {}, {}, {}, {}, {}
-    growth, phase, unit_alone, issue, worker_server = {}, {}, {}, {}, {}
+    growth, phase, unit_alone, issue, worker_server, short_wake = {}, {}, {}, {}, {}, {}
     for world in worlds:
         say(f"{world} ranks at once: compute and ring steps")
         ranks = launch(_both, world, (precision, repeats), timeout=timeout)
@@ -143,6 +143,10 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
         ring[str(world)] = [step_alpha, bandwidth]
         # ... and how much more a call costs after a longer compute (the wait for the slowest rank grows)
         growth[str(world)], phase[str(world)], phases = wake_growth(ranks)
+        # ... and how much less after a short one (a tensor-parallel piece): [its compute, the first call's extra]
+        shorts = [r["phases"]["short"] for r in ranks]
+        short_wake[str(world)] = [statistics.fmean(m[1] - m[0] for marks in shorts for m in marks),
+                                  series_wake([[m[1:] for m in marks] for marks in shorts])]
         shared[str(world)] = {"ring_seconds": steps, "pattern": rows, "pattern_compute": inside,
                               "wake_fitted_with_the_steps": fit_collective_costs(ring_rows)[0],
                               "pattern_compute_without_calls": without, "burst_together": burst["together"],
@@ -164,7 +168,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
     machine = {**machine_id(), "kept_awake": awake.enabled()}
     return HardwareProfile(machine=machine, compute={precision: compute}, slowdown=slowdown, ring=ring,
                            wake=wake, wake_growth=growth, wake_phase=phase, handoff=handoff, send_issue=issue,
-                           worker_server=worker_server,
+                           worker_server=worker_server, wake_short=short_wake,
                            resume=resume,
                            resume_after_recv=resume_after_recv, resume_unit=unit_alone, between_ops=between,
                            optimizer_params_per_s=rates, optimizer_step={precision: step} if step else {},

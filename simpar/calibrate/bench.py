@@ -231,6 +231,7 @@ def series_wake(series_by_rank: list[list[list[float]]]) -> float:
 
 
 LONG_PHASE = 8  # units computed before a call in phase_worker's long loops: a data-parallel step's backward
+SHORT_PHASE = 3e-4  # seconds (alone) of phase_worker's short compute: a tensor-parallel piece's
 
 
 def phase_worker(ctx, size: int, seconds: float = 8.0, repeats: int = 5) -> dict:
@@ -245,28 +246,52 @@ def phase_worker(ctx, size: int, seconds: float = 8.0, repeats: int = 5) -> dict
     the calls after it (``series_wake``). At 2 ranks the ranks drift apart only while their cores run
     at different speeds: each vCPU of the development VM flips between a fast and a slow state for
     0.25-6.5 s at a time (benchmarks/host_speed.py), so a few rounds (0.6 s) drew a growth of 0 in one
-    window and 0.17 ms per ms of compute in another; seconds of rounds average the states."""
+    window and 0.17 ms per ms of compute in another; seconds of rounds average the states.
+    "short": ``SHORT_PHASE`` of compute, then ``SERIES`` calls ([start, compute end, each call's end]):
+    what the first call after a short compute pays beyond the calls after it (``series_wake``). It is
+    less than after a unit: at 2 ranks a 4 KiB all-reduce cost 0.9 ms back to back, 0.8 after 0.1 ms of
+    compute, 1.7 after 0.3, 2.4 after 0.6, 2.8 after 1.1 and 3.2 after the unit (2.1 ms), mean of 150."""
     comm, group = CountingComm(ctx.rank), list(range(ctx.world))
     unit = _unit_burst()
     flat = torch.zeros(max(size // 4, ctx.world))
-    marks: dict[str, list[list[float]]] = {"1": [], str(LONG_PHASE): []}
+    marks: dict[str, list[list[float]]] = {"short": [], "1": [], str(LONG_PHASE): []}
+    short = _short_burst(SHORT_PHASE)
     for _ in range(3):  # warm up: a fresh process's first backward takes tens of milliseconds
         unit()
     comm.ring_all_reduce(flat, group)  # and the connections
     began, more = time.perf_counter(), torch.ones(1)
     while more.item():
-        for units in (1, LONG_PHASE):
+        for units in ("short", 1, LONG_PHASE):
             dist.barrier()
             for _ in range(repeats):
                 start = time.perf_counter()
-                for _ in range(units):
+                if units == "short":
+                    short()
+                for _ in range(0 if units == "short" else units):
                     unit()
-                computed = time.perf_counter()
-                comm.ring_all_reduce(flat, group)
-                marks[str(units)].append([start, computed, time.perf_counter()])
+                ends = [start, time.perf_counter()]
+                for _ in range(SERIES if units == "short" else 1):
+                    comm.ring_all_reduce(flat, group)
+                    ends.append(time.perf_counter())
+                marks[str(units)].append(ends)
         more.fill_(float(time.perf_counter() - began < seconds))
         dist.broadcast(more, 0)  # rank 0's clock decides for all, so every rank runs the same rounds
     return marks
+
+
+def _short_burst(seconds: float):
+    """A compute of about ``seconds`` alone: small matrix products, as many as this process takes that
+    long to do (timed once at the start; every rank then does its own count)."""
+    a, b = torch.randn(128, 128), torch.randn(128, 128)
+    began = time.perf_counter()
+    for _ in range(50):
+        a @ b
+    count = max(1, round(seconds / ((time.perf_counter() - began) / 50)))
+
+    def burst():
+        for _ in range(count):
+            a @ b
+    return burst
 
 
 def phase_cost(marks_by_rank: list[list[list[float]]]) -> tuple[float, float]:

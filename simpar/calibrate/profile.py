@@ -139,6 +139,9 @@ class HardwareProfile:
     # wake_phase (world -> the compute before the call that ``wake`` was measured after): phase_worker
     wake_growth: dict[str, float] = field(default_factory=dict)
     wake_phase: dict[str, float] = field(default_factory=dict)
+    # world -> [seconds of a short compute, what the first call after it pays beyond the calls after it]
+    # (phase_worker's short loops); empty in older profiles: a call after any compute pays the whole wake
+    wake_short: dict[str, list[float]] = field(default_factory=dict)
     # seconds per op of the plan the executor spends between ops, outside every timed op (compute_worker;
     # 0 in profiles from before it was measured)
     between_ops: float = 0.0
@@ -266,6 +269,8 @@ class HardwareProfile:
         topology.step_latency_by_ranks = {int(k): float(v[0]) for k, v in self.ring.items()}
         topology.handoff_by_ranks = {int(k): float(v) for k, v in self.handoff.items()} or None
         topology.send_issue_by_ranks = {int(k): float(v) for k, v in self.send_issue.items()} or None
+        if self.wake_short:
+            topology.wake_short = tuple(float(x) for x in self._nearest(self.wake_short, world))
         if self.worker_server:
             wake, latency, rate = (float(x) for x in self._nearest(self.worker_server, world))
             topology.worker_server_wake, topology.worker_server_leg = wake, (latency, rate)

@@ -65,6 +65,9 @@ class Topology:
         # beyond wake_phase, the compute the wake was measured after; a calibrated profile's wake_growth)
         self.wake_growth = 0.0
         self.wake_phase = 0.0
+        # (seconds of a short compute, what a call after it pays): below wake_phase the wake is interpolated
+        # through (0, 0), this and (wake_phase, the wake), as a share of the algorithm's wake; None: paid whole
+        self.wake_short: tuple[float, float] | None = None
         self.handoff_latency = 0.0  # the same for a pipeline send: it waits for one neighbour, not a group
         # seconds a compute right after a collective, send or receive pays: a rank resuming after a blocked
         # receive computes slower for a while (a calibrated profile's resume; 0 elsewhere)
@@ -168,7 +171,18 @@ class Topology:
         """Seconds a collective (of algorithm ``algo``) pays before its steps when it comes after ``phase``
         seconds of compute: the wake measured for its algorithm, and the wait for the slowest rank's growth."""
         wake = self.worker_server_wake if algo == "ps" and self.worker_server_wake is not None else self.wake_latency
-        return wake + self.wake_growth * max(phase - self.wake_phase, 0.0)
+        return wake * self.wake_share(phase) + self.wake_growth * max(phase - self.wake_phase, 0.0)
+
+    def wake_share(self, phase: float) -> float:
+        """The share of the wake a call pays after ``phase`` seconds of compute: all of it from the compute it
+        was measured after (``wake_phase``) on; below, through what a short compute's call paid (``wake_short``)
+        and nothing right after another call. 1 without the measurements."""
+        if self.wake_short is None or phase >= self.wake_phase or not self.wake_latency:
+            return 1.0
+        short, paid = self.wake_short
+        if not 0.0 < short < self.wake_phase:  # no point between (more ranks than cores stretched the compute)
+            return phase / self.wake_phase
+        return float(np.interp(phase, [0.0, short, self.wake_phase], [0.0, min(paid / self.wake_latency, 1.0), 1.0]))
 
     def leg_pricing(self, algo: str | None, phases) -> tuple[float, float] | None:
         """(latency, wire fraction) for ``Network.transfer_all`` that price each leg of a Worker-Server call as

@@ -238,7 +238,7 @@ def phase_worker(ctx, size: int, seconds: float = 8.0, repeats: int = 5) -> dict
     """How a call's cost grows with the compute before it: ``pattern_worker``'s unit computed once or
     ``LONG_PHASE`` times in a row, then one all-reduce of ``size`` bytes (the executor's ring), every
     rank at once; the two loops interleaved round by round against the machine's drift, rounds
-    repeated until ``seconds`` have passed. {"1": [...], "8": [...]}: per repetition [compute start,
+    repeated until ``seconds`` have passed. {"short": [...], "1": [...], "8": [...]}: per repetition [compute start,
     compute end, call end] on the machine's one monotonic clock (``phase_cost``). With more ranks than
     cores the scheduler hands the cores out in time slices, unevenly, so the ranks leave a long phase
     further apart and the call waits for the slowest: at 4 ranks on 2 cores a DDP step's ranks reached

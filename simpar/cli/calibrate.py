@@ -124,11 +124,14 @@ def _save_and_show(profile, args, precision: str, what: str = "") -> int:
               f"   {_growth(profile, world):>27}"
               f"   {'+' + units.human_time(profile.handoff_cost(world)):>29}"
               f"   {units.human_time(profile.send_issue.get(str(world), 0.0)):>26}   {units.human_time(back):>24}")
-    if profile.worker_server:  # measured in the step's pattern on its own (older profiles: priced as ring steps)
-        print("  ranks   Worker-Server all-reduce: first call after computing   each one-way leg   leg bandwidth")
+    if profile.worker_server and profile.wake_short:  # measured since the twelfth stop (older profiles lack them)
+        print("  ranks   first call after a short compute   Worker-Server all-reduce: first call after computing"
+              "   each one-way leg   leg bandwidth")
         for world in sorted(int(k) for k in profile.worker_server):
             wake, leg, rate = profile.worker_server[str(world)]
-            print(f"  {world:>5}   {'+' + units.human_time(wake):>50}   {units.human_time(leg):>16}"
+            compute, paid = profile.wake_short.get(str(world), (0.0, 0.0))
+            short = f"+{units.human_time(paid)} after {units.human_time(compute)}"
+            print(f"  {world:>5}   {short:>32}   {'+' + units.human_time(wake):>50}   {units.human_time(leg):>16}"
                   f"   {units.human_rate(rate):>13}")
     return 0
 

@@ -71,26 +71,30 @@ def judge(profile, strategy: str, gpus: int, precision: str, runs: list[dict]) -
 
 
 def run_cases(profile, pairs: list[tuple[str, int]], precision: str, steps: int, timeout: float,
-              repeats: int = 1, progress=None, retime: bool = False, after=None, seconds: float = 0.0) -> list[dict]:
+              repeats: int = 1, progress=None, retime: bool = False, after=None, seconds: float = 0.0,
+              after_round=None) -> list[dict]:
     """Every (strategy, ranks) case of ``pairs``, ``repeats`` real runs each, in rounds (every case once,
     then every case again): this machine's speed drifts by tens of percent over minutes
     (docs/calibration.md), and rounds spread a drift over every case instead of loading it on one.
     With ``retime`` the units' compute is timed again after each round (the calibration's own
     micro-benchmark, one rank, no strategy) and the cases are priced with those passes' fit instead of
     the profile's: the compute of the same hour as the runs, not of the calibration's minutes.
-    ``after(profile)``, if given, is called once the runs are done and returns the profile to price
-    them with (``calibrated_around``: the average with a calibration taken after the runs).
+    ``after_round(index, last)``, if given, is called after each round (``Recalibrations.after_round``:
+    a calibration then); ``after(profile)``, if given, once the runs are done, returns the profile to
+    price them with (``Recalibrations.priced``: the average with the calibrations taken among the runs).
     Each run lasts at least ``seconds`` (``run_steps``). ``progress()`` is called after each run."""
     from simpar.calibrate import compute_pass, retimed
 
     runs: dict = {pair: [] for pair in pairs}
     lengths = {pair: run_steps(profile, *pair, precision, steps, seconds) for pair in pairs}
     passes = []
-    for _ in range(repeats):
+    for index in range(repeats):
         for pair in pairs:
             runs[pair].append(measure(*pair, precision, lengths[pair], timeout))
             if progress is not None:
                 progress()
+        if after_round is not None:
+            after_round(index, index == repeats - 1)
         if retime:
             passes.append(compute_pass(precision, timeout=timeout))
     priced = after(profile) if after is not None else profile
@@ -98,17 +102,41 @@ def run_cases(profile, pairs: list[tuple[str, int]], precision: str, steps: int,
     return [judge(priced, *pair, precision, runs[pair]) for pair in pairs]
 
 
-def calibrated_around(profile, profile_path: str, precision: str, save_after: str, progress=None):
-    """``profile`` averaged with a calibration taken now, after the runs (the same world sizes), saved to
-    ``save_after``: a profile of the window the runs were taken in, not of the minutes before them (this
-    machine's state moves by tens of percent within an hour; ``simpar/calibrate/average.py``)."""
-    from simpar.calibrate import calibrate
-    from simpar.calibrate.average import average_profiles
+class Recalibrations:
+    """Calibrations taken among a validate's runs, and the profile they price the runs with: the average of
+    the profile from before and each of them (``simpar/calibrate/average.py``), a profile of the window the
+    runs were taken in. This machine's state moves by tens of percent within an hour: four calibrations
+    within 90 minutes priced the same 21 runs at a median error of 6 to 23 %, their average at 4 %
+    (docs/calibration.md). ``every_round``: after each round of runs (every case once), so the profiles
+    sample the same stretch of time as the runs; otherwise once, after the last round.
+    Each is saved to ``save_as(index)`` (index: the round it followed)."""
 
-    worlds = tuple(sorted(int(w) for w in profile.ring))
-    later = calibrate(precision, worlds, progress=progress)
-    later.save(save_after)
-    return average_profiles([profile, later], [profile_path, save_after])
+    def __init__(self, profile, profile_path: str, precision: str, save_as, every_round: bool = False,
+                 progress=None):
+        self.profile_path, self.precision, self.save_as = profile_path, precision, save_as
+        self.every_round, self.progress = every_round, progress
+        # the world sizes ``profile`` was calibrated at, so that the tables average key by key
+        self.worlds = tuple(sorted(int(w) for w in profile.ring))
+        self.taken: list[tuple[object, str]] = []  # (profile, where it was saved)
+
+    def after_round(self, index: int, last: bool) -> None:
+        if not (self.every_round or last):
+            return
+        from simpar.calibrate import calibrate
+
+        later = calibrate(self.precision, self.worlds, progress=self.progress)
+        path = self.save_as(index)
+        later.save(path)
+        self.taken.append((later, path))
+
+    def priced(self, profile):
+        """``profile`` averaged with every calibration taken (``profile`` itself if none was)."""
+        from simpar.calibrate.average import average_profiles
+
+        if not self.taken:
+            return profile
+        return average_profiles([profile] + [p for p, _ in self.taken],
+                                [self.profile_path] + [path for _, path in self.taken])
 
 
 def summary(cases: list[dict]) -> dict:
@@ -130,7 +158,7 @@ def write_report(path: Path, profile_path: str, cases: list[dict], result: dict,
     _plot(plot_path, cases)
     lines = [f"# simpar validate: {MODEL}, {len(cases)} cases", "",
              f"Hardware profile: `{profile_path}` (micro-benchmarks only; no case below was used to fit it)"
-             + (f", averaged with a calibration taken after the runs (`{after}`, `--calibrate-after`)" if after else "")
+             + (f", averaged with the calibrations taken among the runs (`{after}`, `--calibrate-after`)" if after else "")
              + ("; the units' compute re-timed after each round of runs (`--compute retimed`)." if retimed else "."),
              "",
              f"median |error| {100 * result['median_abs_error']:.1f} %, max |error| "

@@ -89,26 +89,51 @@ def test_calibrate_average_saves_the_merged_profile_and_reports_bad_input(tmp_pa
         assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr, result.stderr
 
 
-def test_validate_calibrate_after_prices_the_runs_with_the_average_of_the_profiles_around_them(monkeypatch, tmp_path):
+def _fake_runs(monkeypatch, later):
+    """validate's runs, calibrations and pricing replaced by recorders: (events, profiles priced with)."""
     import simpar.calibrate as calibrate
     import simpar.validate as validate
 
     events, priced = [], []
-    before, later = _profile(1.0), _profile(3.0)
     monkeypatch.setattr(validate, "measure", lambda *case: events.append(("run", case[:2])) or {"step_time_s": 1.0})
     monkeypatch.setattr(calibrate, "calibrate",
-                        lambda precision, worlds, progress=None: events.append(("calibrate", worlds)) or later)
+                        lambda precision, worlds, progress=None: events.append(("calibrate", worlds)) or later.pop(0))
     monkeypatch.setattr(validate, "judge", lambda profile, *case: priced.append(profile) or case[:2])
+    return events, priced
+
+
+def test_validate_calibrate_after_prices_the_runs_with_the_average_of_the_profiles_around_them(monkeypatch, tmp_path):
+    import simpar.validate as validate
+
+    before, later = _profile(1.0), _profile(3.0)
+    events, priced = _fake_runs(monkeypatch, [later])
     after_path = str(tmp_path / "v.after.json")
     pairs = [("ddp", 2), ("zero3", 4)]
-    validate.run_cases(before, pairs, "fp32", 3, 60.0, repeats=2,
-                       after=lambda p: validate.calibrated_around(p, "before.json", "fp32", after_path))
+    again = validate.Recalibrations(before, "before.json", "fp32", lambda index: after_path)
+    validate.run_cases(before, pairs, "fp32", 3, 60.0, repeats=2, after=again.priced, after_round=again.after_round)
     # every run first, then one calibration of the profile's own world sizes; every case priced with the average
     assert events == [("run", p) for p in pairs] * 2 + [("calibrate", (2, 4))]
     assert all(p is priced[0] for p in priced) and len(priced) == 2
     assert priced[0].ring["2"] == pytest.approx([2e-3, 1e9])
     assert priced[0].samples["averaged_from"] == ["before.json", after_path]
     assert HardwareProfile.load(after_path).ring == later.ring  # the calibration after the runs is kept
+
+
+def test_validate_calibrate_after_rounds_calibrates_after_every_round_and_averages_them_all(monkeypatch, tmp_path):
+    import simpar.validate as validate
+
+    before, later = _profile(1.0), [_profile(3.0), _profile(5.0), _profile(7.0)]
+    rings = [p.ring for p in later]
+    events, priced = _fake_runs(monkeypatch, later)
+    pairs = [("ddp", 2), ("zero3", 4)]
+    again = validate.Recalibrations(before, "before.json", "fp32", lambda i: str(tmp_path / f"r{i}.json"),
+                                    every_round=True)
+    validate.run_cases(before, pairs, "fp32", 3, 60.0, repeats=3, after=again.priced, after_round=again.after_round)
+    assert events == ([("run", p) for p in pairs] + [("calibrate", (2, 4))]) * 3
+    saved = [str(tmp_path / f"r{i}.json") for i in range(3)]
+    assert priced[0].samples["averaged_from"] == ["before.json"] + saved
+    assert priced[0].ring["2"] == pytest.approx([4e-3, 0.5e9])  # (1 + 3 + 5 + 7) / 4 ms; the rate by s/byte
+    assert [HardwareProfile.load(path).ring for path in saved] == rings
 
 
 def test_the_report_names_the_calibration_after_the_runs(tmp_path):
@@ -118,7 +143,7 @@ def test_the_report_names_the_calibration_after_the_runs(tmp_path):
             "bytes_exact": True, "memory_exact": True, "real_runs_s": [0.03, 0.033, 0.036]}
     report = tmp_path / "v.md"
     validate.write_report(report, "hw.json", [case], validate.summary([case]), after="v.after.json")
-    assert "averaged with a calibration taken after the runs (`v.after.json`" in report.read_text()
+    assert "averaged with the calibrations taken among the runs (`v.after.json`" in report.read_text()
 
 
 def test_a_table_one_profile_lacks_is_averaged_over_the_profiles_that_have_it():

@@ -37,11 +37,12 @@ def register(sub) -> None:
                         "'retimed' times it again after each round of runs with the calibration's own one-rank "
                         "benchmark (about 15 s a round), so it is of the same hour as the runs: tells a miss "
                         "of the model from a calibration taken in a fast or slow window")
-    p.add_argument("--calibrate-after", action="store_true",
-                   help="calibrate again once the runs are done (about 5 minutes) and price the cases with the "
-                        "average of the profile and that calibration (saved beside the report as "
-                        "<out>.after.json): a profile of the runs' own window, on a machine whose state moves "
-                        "within an hour")
+    p.add_argument("--calibrate-after", nargs="?", const="end", choices=("end", "rounds"),
+                   help="calibrate again among the runs (about 5 minutes each at 2,4,8 ranks) and price the "
+                        "cases with the average of the profile and those calibrations: a profile of the runs' "
+                        "own window, on a machine whose state moves within an hour. 'end' (the flag alone): "
+                        "once the runs are done, saved beside the report as <out>.after.json; 'rounds': after "
+                        "each round of runs (--repeats of them), saved as <out>.after-round<N>.json")
     p.add_argument("--timeout", default="600", help="seconds before a hung case is aborted (default 600)")
     p.add_argument("--out", default="validation.md", help="markdown report; .csv and .png beside it")
     p.add_argument("--published", nargs="?", const="", metavar="FILE",
@@ -91,7 +92,7 @@ def run(args) -> int:
 
     from simpar.calibrate.profile import HardwareProfile
     from simpar.scenario import STRATEGY_NAMES
-    from simpar.validate import calibrated_around, run_cases, summary, write_report
+    from simpar.validate import Recalibrations, run_cases, summary, write_report
 
     strategies = [s.strip().lower() for s in args.strategies.split(",") if s.strip()]
     for name in strategies:
@@ -109,22 +110,25 @@ def run(args) -> int:
         print(f"warning: {mismatch}", file=sys.stderr)
     if args.calibrate_after and not isinstance(profile, HardwareProfile):
         raise SimparError("--calibrate-after: calibrates CPU ranks; the --hardware profile is a GPU's")
-    after_path = str(Path(args.out).with_suffix(".after.json")) if args.calibrate_after else ""
+    every_round = args.calibrate_after == "rounds"
+    out = Path(args.out)
 
-    def around(calibrated):  # once the runs are done: the average with a calibration taken then
-        say = lambda message: print(f"calibrating after the runs: {message}", file=sys.stderr)  # noqa: E731
-        return calibrated_around(calibrated, profile_path, "fp32", after_path, say)
+    def save_as(index: int) -> str:
+        return str(out.with_suffix(f".after-round{index + 1}.json" if every_round else ".after.json"))
 
+    say = lambda message: print(f"calibrating among the runs: {message}", file=sys.stderr)  # noqa: E731
+    later = Recalibrations(profile, profile_path, "fp32", save_as, every_round, say) if args.calibrate_after else None
     pairs = [(s, g) for s in strategies for g in worlds]
     with tqdm(total=len(pairs) * repeats, desc="validating", unit="run", file=sys.stderr, disable=None) as bar:
         cases = run_cases(profile, pairs, "fp32", steps, timeout, repeats, progress=bar.update,
-                          retime=args.compute == "retimed",
-                          after=around if args.calibrate_after else None, seconds=seconds)
+                          retime=args.compute == "retimed", seconds=seconds,
+                          after=later.priced if later else None, after_round=later.after_round if later else None)
+    after_paths = [path for _, path in later.taken] if later else []
     result = summary(cases)
-    files = write_report(Path(args.out), profile_path, cases, result, retimed=args.compute == "retimed",
-                         after=after_path)
+    files = write_report(out, profile_path, cases, result, retimed=args.compute == "retimed",
+                         after=", ".join(after_paths))
     if args.json and write_json({"summary": result, "cases": cases, "hardware": profile_path,
-                                 "calibrated_after": after_path or None, "compute": args.compute}, args.json):
+                                 "calibrated_after": after_paths or None, "compute": args.compute}, args.json):
         return 0
     for c in cases:
         print(f"  {c['strategy']:<8}{c['gpus']:>3} ranks  simulated {units.human_time(c['sim_step_s']):>10}  "
@@ -134,8 +138,8 @@ def run(args) -> int:
     print(f"median |error| {100 * result['median_abs_error']:.1f} %, max {100 * result['max_abs_error']:.1f} %, "
           f"median run-to-run spread {100 * result['median_spread']:.1f} %, "
           f"bytes exact: {result['bytes_exact']}; report: {', '.join(str(f) for f in files)}")
-    if after_path:
-        print(f"priced with the average of {profile_path} and the calibration after the runs, {after_path}")
+    if after_paths:
+        print(f"priced with the average of {profile_path} and the calibrations among the runs, {', '.join(after_paths)}")
     return 0
 
 

@@ -102,3 +102,37 @@ def test_retimed_refits_the_handling():
     profile = _profile()
     assert calibrate.retimed(profile, [rows], "fp32").tensor_work["fp32"] == pytest.approx([PER_TENSOR, PER_ELEMENT])
     assert profile.tensor_work == {} and profile.topology(2, "fp32").tensor_work == (0.0, 0.0)
+
+
+def test_zero_1_and_2_all_gathers_copy_the_parameters_out_and_pay_the_gather_fit_where_measured():
+    """ZeRO-1/2's all-gather of parameters held whole copies the buffer into each and concatenates nothing
+    (``sharded_work["gather"]``); the reduce-scatter and every other op keep the all-reduce's handling, and
+    a profile without the fit prices the all-gather as before."""
+    spec, gather = model("tiny-deep"), [4e-6, 0.5e-9]
+    whole, copied = PER_TENSOR * 133 + PER_ELEMENT * spec.params, gather[0] * 133 + gather[1] * spec.params
+    profile = _profile(tensor_work={"fp32": [PER_TENSOR, PER_ELEMENT]}, sharded_work={"fp32": {"gather": gather}})
+    for strategy in ("zero1", "zero2", "ddp", "dp", "zero3"):
+        scenario = _scenario(strategy)
+        plan = build_plan(scenario)
+        costs, before = (OpCosts(plan, scenario, p.topology(2, "fp32")) for p in
+                         (profile, _profile(tensor_work={"fp32": [PER_TENSOR, PER_ELEMENT]})))
+        for op in (op for op in plan.programs[0].ops if isinstance(op, Collective)):
+            gathers = strategy in ("zero1", "zero2") and op.op == "allgather"
+            expected = pytest.approx(copied) if gathers else pytest.approx(before.handling(op))
+            assert costs.handling(op) == expected, (strategy, op.op)
+            if strategy in ("zero1", "zero2", "ddp", "dp"):
+                assert before.handling(op) == pytest.approx(whole)
+    rows = [{"model": name, "batch": b, "tensors": tensors, "params": params, "reduce_s": 1.0,
+             "gather_s": gather[0] * tensors + gather[1] * params}
+            for name, tensors, params in (("tiny", 36, 118_528), ("small", 68, 932_608)) for b in (1, 2)]
+    assert calibrate.fit_sharded_work(rows) == {"gather": pytest.approx(gather)}
+    assert calibrate.fit_sharded_work([{k: v for k, v in r.items() if k != "gather_s"} for r in rows]) == {}
+
+
+def test_the_fast_path_prices_the_gather_handling_as_the_full_simulation():
+    topology = _profile(tensor_work={"fp32": [PER_TENSOR, PER_ELEMENT]},
+                        sharded_work={"fp32": {"gather": [4e-6, 0.5e-9]}}).topology(2, "fp32")
+    topology.core_slowdown = None
+    scenario = _scenario("zero1")  # (ZeRO-2 allocates on several streams at once: no fast path)
+    full = simulate(scenario, topology=topology).step_time_s
+    assert simulate(scenario, topology=topology, fast=True).step_time_s == pytest.approx(full, rel=1e-9)

@@ -33,6 +33,7 @@ PHASE_SIZE = 2**18  # the all-reduce after phase_worker's short and long compute
 # how long phase_worker's loops run at the default 10 repeats (fewer repeats: shorter): long enough to
 # average the states of this VM's cores, which flip between fast and slow for seconds at a time
 PHASE_SECONDS = 8.0
+BURST_SECONDS = 6.0  # the same for burst_worker's rounds (the compute slowdown of ranks computing at once)
 OPTIMIZER_PARAMS = [2**14, 2**18, 2**20]
 
 
@@ -84,7 +85,8 @@ def average_passes(passes: list[list[dict]]) -> list[dict]:
     rows = []
     for same in zip(*passes):
         row = dict(same[0])
-        for phase in [p for p in ("fwd_s", "bwd_s", "between_ops_s", "step_s", "reduce_s") if p in row]:
+        for phase in [p for p in ("fwd_s", "bwd_s", "between_ops_s", "step_s", "reduce_s", "gather_s")
+                      if p in row]:
             row[f"passes_{phase}"] = [r[phase] for r in same]
             row[phase] = statistics.fmean(row[f"passes_{phase}"])
         rows.append(row)
@@ -109,7 +111,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
         # k ranks computing at once, as a data-parallel step's all do, slow each other (the cores, memory
         # bandwidth and caches are shared); a unit computed right after a call takes longer still (resume:
         # against the same unit in the neighbouring loop without calls, every rank computing in both)
-        burst = launch(burst_worker, world, (repeats,), timeout=timeout)[0]
+        burst = launch(burst_worker, world, (repeats, 5, BURST_SECONDS * repeats / 10), timeout=timeout)[0]
         slowdown[str(world)] = max(burst["ratio"], 1.0)  # below 1: noise, not sharing
         inside = statistics.fmean(t for r in ranks for t in r["pattern"]["compute"])
         without = statistics.fmean(t for r in ranks for t in r["pattern"]["compute_base"])
@@ -156,7 +158,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
         passes.append(compute_pass(precision, repeats, timeout))
     alone = average_passes(passes)
     compute, between, step, table = fit_compute(alone)
-    handling = fit_tensor_work(alone)
+    handling, sharded = fit_tensor_work(alone), fit_sharded_work(alone)
     rates = {}
     for name in ("adam", "sgd"):
         rows = [s for s in host["steps"] if s["optimizer"] == name]
@@ -173,6 +175,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
                            resume_after_recv=resume_after_recv, resume_unit=unit_alone, between_ops=between,
                            optimizer_params_per_s=rates, optimizer_step={precision: step} if step else {},
                            tensor_work={precision: handling} if handling else {},
+                           sharded_work={precision: sharded} if sharded else {},
                            embedding_table={precision: table},
                            copy_bytes_per_s=1.0 / seconds_per_byte if seconds_per_byte else 1e11,
                            samples={"compute": alone, "host": host, "shared": shared,
@@ -195,22 +198,30 @@ def fit_compute(alone: list[dict]) -> tuple[dict, float, list[float], float]:
     return compute, statistics.fmean(row["between_ops_s"] for row in alone), step, table
 
 
-def fit_tensor_work(alone: list[dict]) -> list[float]:
+def fit_tensor_work(alone: list[dict], key: str = "reduce_s") -> list[float]:
     """[seconds per parameter tensor, seconds per parameter] of the executor's handling of the data around a
-    data-parallel collective: one-rank all-reduce ops (no communication) of models with different numbers
-    of tensors and parameters, least squares through the origin (a term that fits below zero is left out
-    and the other refitted); [] for rows from before it was timed."""
-    rows = list({(row["model"], row["batch"]): row for row in alone if "reduce_s" in row}.values())
+    data-parallel collective: one-rank all-reduce ops (no communication; ``key``: another op's handling,
+    ``fit_sharded_work``) of models with different numbers of tensors and parameters, least squares
+    through the origin (a term that fits below zero is left out and the other refitted); [] for rows from
+    before it was timed."""
+    rows = list({(row["model"], row["batch"]): row for row in alone if key in row}.values())
     if len({(row["tensors"], row["params"]) for row in rows}) < 2:
         return []
     design = np.array([[row["tensors"], row["params"]] for row in rows], dtype=float)
-    seconds = np.array([row["reduce_s"] for row in rows])
+    seconds = np.array([row[key] for row in rows])
     fit = np.linalg.lstsq(design, seconds, rcond=None)[0]
     if min(fit) < 0:  # one term alone
         keep = int(np.argmax(fit))
         fit = np.zeros(2)
         fit[keep] = float(np.linalg.lstsq(design[:, [keep]], seconds, rcond=None)[0][0])
     return [float(fit[0]), float(fit[1])]
+
+
+def fit_sharded_work(alone: list[dict]) -> dict[str, list[float]]:
+    """{"gather": ...} as ``fit_tensor_work`` for ZeRO-1/2's all-gather of parameters held whole (a copy
+    out of the gathered buffer into each: ``handling.time_gather``); {} for rows from before it was timed."""
+    gather = fit_tensor_work(alone, "gather_s")
+    return {"gather": gather} if gather else {}
 
 
 def fit_optimizer_step(alone: list[dict]) -> list[float]:
@@ -235,8 +246,11 @@ def retimed(profile: HardwareProfile, passes: list[list[dict]], precision: str) 
     steps = {**profile.optimizer_step, precision: step} if step else profile.optimizer_step
     handling = fit_tensor_work(alone)
     handled = {**profile.tensor_work, precision: handling} if handling else profile.tensor_work
+    sharded = fit_sharded_work(alone)
+    sharded = {**profile.sharded_work, precision: sharded} if sharded else profile.sharded_work
     return replace(profile, compute={**profile.compute, precision: fitted}, between_ops=between, optimizer_step=steps,
-                   tensor_work=handled, embedding_table={**profile.embedding_table, precision: table},
+                   tensor_work=handled, sharded_work=sharded,
+                   embedding_table={**profile.embedding_table, precision: table},
                    samples={**profile.samples, "compute_retimed": alone})
 
 

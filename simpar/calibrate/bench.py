@@ -55,7 +55,9 @@ def compute_worker(ctx, models: list[str], batches: list[int], precision: str, r
     tensor again and again (``host_worker``) took 0.33 ms. So is its gradients' all-reduce op, which on
     one rank communicates nothing: ``reduce_s`` is the executor's own handling of the data around any
     data-parallel collective (``tensors`` parameter tensors concatenated into one buffer, scaled, and
-    each gradient re-pointed into it)."""
+    each gradient re-pointed into it); ``gather_s`` what ZeRO-1/2's all-gather does instead, timed
+    right after each step (``handling.time_gather``)."""
+    from simpar.calibrate.handling import time_gather
     from simpar.real.executor import RankExecutor
 
     rows = []
@@ -69,12 +71,14 @@ def compute_worker(ctx, models: list[str], batches: list[int], precision: str, r
             between: list[float] = []
             stepped: list[float] = []  # the optimizer step op, as the step meets it (its caches cold)
             handled: list[float] = []  # the gradients' all-reduce op: on one rank, flattening and re-pointing
+            gathered: list[float] = []  # ZeRO-1/2's all-gather: the parameters copied out of a buffer
             try:
                 for step in range(repeats + 2):
                     executor.step(step)
                     if step >= 2:
                         recorder = executor.recorder
                         between.append(between_ops(recorder.step_times[-1], recorder.timeline, len(ops)))
+                        gathered.append(time_gather(executor.states))  # where ZeRO's comes: after the step
                     for entry in executor.recorder.timeline if step >= 2 else ():
                         op = ops[entry["op"]]
                         if getattr(op, "phase", None) in ("fwd", "bwd"):
@@ -94,6 +98,7 @@ def compute_worker(ctx, models: list[str], batches: list[int], precision: str, r
                              "bwd_s": statistics.fmean(seconds[(kind, "bwd")]),
                              "between_ops_s": statistics.fmean(between), "params": spec.params,
                              "step_s": statistics.fmean(stepped), "reduce_s": statistics.fmean(handled),
+                             "gather_s": statistics.fmean(gathered),
                              "tensors": sum(spec.unit_tensors(spec.unit_kind(u)) for u in range(work.num_units))})
     return rows
 
@@ -363,7 +368,7 @@ def _unit_burst():
     return unit
 
 
-def burst_worker(ctx, repeats: int, rounds: int = 5) -> dict:
+def burst_worker(ctx, repeats: int, rounds: int = 5, seconds: float = 0.0) -> dict:
     """``pattern_worker``'s compute burst with every rank computing at once, in rounds, each right
     after the same bursts on rank 0 alone (the others waiting in a barrier): {"each": mean seconds of
     one burst timed on its own, "together": seconds per burst of all ranks, from barrier to barrier,
@@ -371,20 +376,23 @@ def burst_worker(ctx, repeats: int, rounds: int = 5) -> dict:
     rounds; one rank: "each" alone}. The ratio is how much k ranks computing at once slow each other
     (cores, memory bandwidth, caches shared); each round is set against its own alone, since this
     machine's speed drifts by tens of percent over a minute (a baseline taken minutes before read 1.6x
-    at 4 ranks on 2 cores)."""
+    at 4 ranks on 2 cores). At least ``rounds`` rounds, and more until ``seconds`` have passed: five
+    rounds at 2 ranks last 0.3 s, one draw of the states this VM's cores flip between for seconds at a
+    time, and four calibrations within 15 minutes read 1.02, 1.06, 1.12 and 1.42 at 2 ranks."""
     unit = _unit_burst()
-    seconds = []
+    seconds_each = []
     for _ in range(20 * repeats + 3):
         start = time.perf_counter()
         unit()
-        seconds.append(time.perf_counter() - start)
+        seconds_each.append(time.perf_counter() - start)
     if ctx.world == 1:  # nothing to share the cores with
-        return {"each": statistics.fmean(seconds[3:])}
+        return {"each": statistics.fmean(seconds_each[3:])}
     # rounds long against the closing barrier's own cost, which at 8 ranks on 2 cores is milliseconds and
     # noisy: with 10 bursts a round, slowdowns of 3.0x-6.3x at 8 ranks came out of calibrations an hour apart
     reps = max(1, 4 * repeats * ctx.world // rounds)
     together, alone = [], []
-    for _ in range(rounds):
+    began, more = time.perf_counter(), torch.ones(1)
+    while more.item():
         dist.barrier()
         start = time.perf_counter()
         if ctx.rank == 0:
@@ -393,9 +401,11 @@ def burst_worker(ctx, repeats: int, rounds: int = 5) -> dict:
         alone.append((time.perf_counter() - start) / reps)
         dist.barrier()  # the others wait until rank 0 is done alone
         together.append(_timed(unit, reps))
+        more.fill_(float(len(alone) < rounds or time.perf_counter() - began < seconds))
+        dist.broadcast(more, 0)  # rank 0's clock decides for all, so every rank runs the same rounds
     ratio = statistics.median(t / a for t, a in zip(together, alone))
-    return {"each": statistics.fmean(seconds[3:]), "together": statistics.median(together),
-            "alone": statistics.median(alone), "ratio": ratio}
+    return {"each": statistics.fmean(seconds_each[3:]), "together": statistics.median(together),
+            "alone": statistics.median(alone), "ratio": ratio, "rounds": len(alone)}
 
 
 def ring_steps(op: str, world: int) -> int:

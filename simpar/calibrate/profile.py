@@ -154,6 +154,9 @@ class HardwareProfile:
     # precision -> [seconds per parameter tensor, seconds per parameter] of the executor's handling of the
     # data around a data-parallel collective (compute_worker's one-rank all-reduce); empty in older profiles
     tensor_work: dict[str, list[float]] = field(default_factory=dict)
+    # precision -> {"gather": [...]} the same for ZeRO-1/2's all-gather of parameters held whole (a copy into
+    # each: compute_worker, calibrate/handling.py); empty in older profiles: handled as the all-reduce
+    sharded_work: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     # precision -> seconds per element of the embedding's table that its backward pays (the dense gradient:
     # ``fit_unit_costs``); empty in older profiles: one overhead for every table
     embedding_table: dict[str, float] = field(default_factory=dict)
@@ -265,6 +268,7 @@ class HardwareProfile:
         topology.resume_unit = float(self._nearest(self.resume_unit, world)) if self.resume_unit else 0.0
         topology.between_ops = self.between_ops
         topology.tensor_work = tuple(self.tensor_work.get(precision) or (0.0, 0.0))
+        topology.sharded_work = {kind: tuple(fit) for kind, fit in (self.sharded_work.get(precision) or {}).items()}
         topology.core_slowdown = {int(k): float(v) for k, v in self.slowdown.items()}
         topology.step_latency_by_ranks = {int(k): float(v[0]) for k, v in self.ring.items()}
         topology.handoff_by_ranks = {int(k): float(v) for k, v in self.handoff.items()} or None

@@ -27,6 +27,7 @@ class OpCosts:
         self.kernel_pricer = KernelPricer(scenario, gpu) if gpu.kernels is not None else None
         self._machines = self._machine_nodes()
         self._shares: dict = {}  # (unit kind, phase, part) -> share of the unit's calibrated overhead
+        self._sharded: bool | None = None  # whether ranks keep less than their whole model's parameters
         turns = (topology.wake_latency or topology.wake_growth or topology.wake_short or topology.resume_latency
                  or topology.handoff_latency
                  or topology.resume_after_recv_latency or topology.between_ops)
@@ -85,7 +86,7 @@ class OpCosts:
         which are one tensor already, and elsewhere). Paid in the call, at one rank's speed: at 8 ranks on 2
         cores DDP's took about what it takes at 2 (before and after the ring 1.9-3.4 ms a step against 2.0-4.9),
         not 4x: the other ranks wait in the ring meanwhile instead of computing."""
-        per_tensor, per_element = self.topology.tensor_work
+        per_tensor, per_element = self.topology.sharded_work.get(self._handling_kind(op), self.topology.tensor_work)
         if op.group == "tp" or op.payload not in ("grads", "params") or not (per_tensor or per_element):
             return 0.0
         spec = self.scenario.model
@@ -95,6 +96,27 @@ class OpCosts:
         else:
             tensors = sum(spec.unit_tensors(spec.unit_kind(u)) for u in op.units)
         return per_tensor * tensors + per_element * op.nbytes / op.itemsize
+
+    def _handling_kind(self, op: Collective) -> str:
+        """Which of the executor's ways of handling its data a collective takes: "gather", an all-gather of
+        whole units' parameters that its ranks hold whole (ZeRO-1 and 2: the gathered buffer copied into
+        each, nothing concatenated); "" the all-reduce's (ZeRO-3's by module included)."""
+        if op.op == "allgather" and op.payload == "params" and not op.modules and not self._params_sharded():
+            return "gather"
+        return ""
+
+    def _params_sharded(self) -> bool:
+        """Whether a rank keeps less than its whole model's parameters on the device for the step (as the
+        executor tells: real/states.py), from the first program's allocations."""
+        if self._sharded is None:
+            from simpar.strategies.work import Work
+
+            prog = self.plan.programs[0]
+            units = {op.unit for op in prog.ops if isinstance(op, Compute) and op.unit >= 0}
+            kept = sum(op.nbytes for op in prog.ops if isinstance(op, Alloc) and op.category == "params"
+                       and op.payload == "model states" and op.memory != "host")
+            self._sharded = kept < self.scenario.train.weight_bytes * Work(self.scenario).params(units)
+        return self._sharded
 
     def wakes(self, pi: int, op) -> bool:
         return (pi, op.id) in self.after_compute

@@ -80,6 +80,10 @@ class Topology:
         # (seconds per parameter tensor, per parameter) the executor spends handling the data of a data-parallel
         # collective (flattening the units' tensors, scaling, re-pointing each): Python on the rank's core
         self.tensor_work = (0.0, 0.0)
+        # the same for ZeRO's ops that handle their data otherwise: "gather", an all-gather of parameters held
+        # whole (a copy into each, nothing concatenated); a kind not here is handled as tensor_work (a
+        # calibrated profile's sharded_work)
+        self.sharded_work: dict[str, tuple[float, float]] = {}
         # CPU rank processes sharing a machine's cores: ranks computing at once -> how much slower each
         # computes (a calibrated profile's slowdown; sim/cores.py); None: every device computes on its own
         self.core_slowdown: dict[int, float] | None = None

@@ -108,6 +108,10 @@ def _save_and_show(profile, args, precision: str, what: str = "") -> int:
         per_tensor, per_element = profile.tensor_work[precision]
         print(f"             {1e6 * per_tensor:.1f} us per parameter tensor + {1e9 * per_element:.2f} ns per element "
               "handling a data-parallel collective's data (flatten, scale, re-point)")
+    if (profile.sharded_work.get(precision) or {}).get("gather"):
+        per_tensor, per_element = profile.sharded_work[precision]["gather"]
+        print(f"             {1e6 * per_tensor:.1f} us per parameter tensor + {1e9 * per_element:.2f} ns per element "
+              "copying ZeRO-1/2's gathered parameters into each")
     print("  ranks   compute slowdown   first compute after a call   after a pipeline receive   ring step in a step"
           "   bandwidth   first call after computing   + per ms computed before it   pipeline send after computing"
           "   its isend holds the sender   (ring step back to back)")

@@ -159,3 +159,31 @@ def test_a_table_one_profile_lacks_is_averaged_over_the_profiles_that_have_it():
     newest.worker_server = {"2": [3e-3, 4e-4, 1e9]}  # seconds by their mean, a leg's rate as seconds per byte
     assert average_profiles([newer, newest], ["a", "b"]).worker_server == {"2": pytest.approx([2e-3, 3e-4, 1.6e9])}
     assert averaged.ring["2"] == pytest.approx([2e-3, 1e9])  # the others as before
+
+
+def test_validate_calibrates_after_every_round_unless_told_otherwise(monkeypatch, tmp_path):
+    """A CPU profile: calibrations among the runs by default ('rounds'), once at the end with the bare flag,
+    none with 'none'; a GPU profile cannot be recalibrated here: none by default, an error when asked."""
+    from pathlib import Path
+
+    import simpar.validate as validate
+    from simpar.cli import main
+
+    seen = []
+    monkeypatch.setattr(validate, "run_cases", lambda *args, **kw: seen.append(kw) or [_case()])
+    cpu = str(tmp_path / "cpu.json")
+    _profile(1.0).save(cpu)
+    gpu = str(Path(__file__).parent.parent / "validation" / "profiles" / "h100-sxm-80gb-hbm3.json")
+    out = ["--strategies", "ddp", "--gpus", "2", "--out", str(tmp_path / "v.md")]
+    for extra, every_round in [((), True), (("--calibrate-after",), False), (("--calibrate-after", "rounds"), True),
+                               (("--calibrate-after", "none"), None)]:
+        assert main(["validate", "--hardware", cpu, *out, *extra]) == 0
+        later = seen[-1]["after_round"]
+        assert (later.__self__.every_round if later else None) == every_round, extra
+    assert main(["validate", "--hardware", gpu, *out]) == 0 and seen[-1]["after_round"] is None
+    assert main(["validate", "--hardware", gpu, "--calibrate-after", "end", *out]) == 2
+
+
+def _case() -> dict:
+    return {"strategy": "ddp", "gpus": 2, "sim_step_s": 0.03, "real_step_s": 0.033, "error": -0.09, "spread": 0.2,
+            "bytes_exact": True, "memory_exact": True, "real_runs_s": [0.03, 0.033, 0.036]}

@@ -33,7 +33,7 @@ SMOKE = {
     "simpar calibrate": "simpar calibrate --gpus 2 --repeats 1 --out cal.json",
     "simpar validate --out validation.md":
         "simpar calibrate --gpus 2 --repeats 1 --out cal.json && simpar validate --gpus 2 --strategies ddp "
-        "--steps 2 --hardware cal.json --out validation.md",
+        "--steps 2 --hardware cal.json --calibrate-after none --out validation.md",
     "simpar run --strategy zero3 --gpus 8 --hardware ~/.cache/simpar/hardware-HOST-fp32.json":
         "simpar calibrate --gpus 2 --repeats 1 --out cal.json && simpar run --strategy zero3 --gpus 8 "
         "--hardware cal.json",

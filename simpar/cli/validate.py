@@ -37,12 +37,13 @@ def register(sub) -> None:
                         "'retimed' times it again after each round of runs with the calibration's own one-rank "
                         "benchmark (about 15 s a round), so it is of the same hour as the runs: tells a miss "
                         "of the model from a calibration taken in a fast or slow window")
-    p.add_argument("--calibrate-after", nargs="?", const="end", choices=("end", "rounds"),
-                   help="calibrate again among the runs (about 5 minutes each at 2,4,8 ranks) and price the "
-                        "cases with the average of the profile and those calibrations: a profile of the runs' "
-                        "own window, on a machine whose state moves within an hour. 'end' (the flag alone): "
-                        "once the runs are done, saved beside the report as <out>.after.json; 'rounds': after "
-                        "each round of runs (--repeats of them), saved as <out>.after-round<N>.json")
+    p.add_argument("--calibrate-after", nargs="?", const="end", choices=("rounds", "end", "none"),
+                   help="calibrate again among the runs (about 1.5 minutes a world size) and price the cases "
+                        "with the average of the profile and those calibrations: a profile of the runs' own "
+                        "window, on a machine whose state moves within an hour. 'rounds' (the default for a "
+                        "CPU profile): after each round of runs (--repeats of them), saved beside the report "
+                        "as <out>.after-round<N>.json; 'end' (the flag alone): once the runs are done, "
+                        "<out>.after.json; 'none': price with the --hardware profile as it is")
     p.add_argument("--timeout", default="600", help="seconds before a hung case is aborted (default 600)")
     p.add_argument("--out", default="validation.md", help="markdown report; .csv and .png beside it")
     p.add_argument("--published", nargs="?", const="", metavar="FILE",
@@ -108,16 +109,18 @@ def run(args) -> int:
     mismatch = profile.awake_mismatch() if isinstance(profile, HardwareProfile) else ""
     if mismatch:
         print(f"warning: {mismatch}", file=sys.stderr)
-    if args.calibrate_after and not isinstance(profile, HardwareProfile):
-        raise SimparError("--calibrate-after: calibrates CPU ranks; the --hardware profile is a GPU's")
-    every_round = args.calibrate_after == "rounds"
+    cpu_ranks = isinstance(profile, HardwareProfile)
+    if args.calibrate_after in ("rounds", "end") and not cpu_ranks:
+        raise SimparError("--calibrate-after: calibrates CPU ranks; the --hardware profile is a GPU's (use none)")
+    recalibrate = args.calibrate_after or ("rounds" if cpu_ranks else "none")
+    every_round = recalibrate == "rounds"
     out = Path(args.out)
 
     def save_as(index: int) -> str:
         return str(out.with_suffix(f".after-round{index + 1}.json" if every_round else ".after.json"))
 
     say = lambda message: print(f"calibrating among the runs: {message}", file=sys.stderr)  # noqa: E731
-    later = Recalibrations(profile, profile_path, "fp32", save_as, every_round, say) if args.calibrate_after else None
+    later = Recalibrations(profile, profile_path, "fp32", save_as, every_round, say) if recalibrate != "none" else None
     pairs = [(s, g) for s in strategies for g in worlds]
     with tqdm(total=len(pairs) * repeats, desc="validating", unit="run", file=sys.stderr, disable=None) as bar:
         cases = run_cases(profile, pairs, "fp32", steps, timeout, repeats, progress=bar.update,
@@ -139,7 +142,8 @@ def run(args) -> int:
           f"median run-to-run spread {100 * result['median_spread']:.1f} %, "
           f"bytes exact: {result['bytes_exact']}; report: {', '.join(str(f) for f in files)}")
     if after_paths:
-        print(f"priced with the average of {profile_path} and the calibrations among the runs, {', '.join(after_paths)}")
+        print(f"priced with the average of {profile_path} and the calibrations among the runs, "
+              f"{', '.join(after_paths)}")
     return 0
 
 

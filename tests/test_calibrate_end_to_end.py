@@ -1,0 +1,42 @@
+"""``simpar calibrate`` then ``simpar validate`` on this machine, for real (2 ranks, short): every table of
+the profile recorded, the cases judged, the calibration after the runs taken and averaged in."""
+
+import json
+import math
+
+import pytest
+
+
+@pytest.mark.slow
+def test_calibrate_then_validate_end_to_end(tmp_path, cli):
+    profile = tmp_path / "hw.json"
+    result = cli("calibrate", "--gpus", "2", "--repeats", "2", "--out", str(profile))
+    assert result.returncode == 0, result.stderr
+    data = json.loads(profile.read_text())
+    assert set(data["ring"]) == set(data["wake"]) == set(data["resume"]) == {"2"}
+    assert all(v >= 0 for v in (data["wake"]["2"], data["resume"]["2"], *data["ring"]["2"]))
+    assert set(data["handoff"]) == {"2"} and data["handoff"]["2"] >= 0
+    assert set(data["send_issue"]) == {"2"} and data["send_issue"]["2"] > 0  # an isend takes some time
+    assert set(data["resume_unit"]) == {"2"} and data["resume_unit"]["2"] > 0  # the unit's time alone
+    assert len(data["samples"]["shared"]["2"]["pattern"]) == 24  # 4 ops x 3 sizes x (1 call, 4 in a row)
+    assert set(data["worker_server"]) == {"2"} and all(v >= 0 for v in data["worker_server"]["2"])
+    assert set(data["wake_short"]) == {"2"} and data["wake_short"]["2"][0] > 0 <= data["wake_short"]["2"][1]
+    assert min(data["sharded_work"]["fp32"]["gather"]) >= 0 < sum(data["sharded_work"]["fp32"]["gather"])
+    for phase in ("fwd", "bwd"):  # overheads per unit kind (never negative) and a FLOP rate
+        fit = data["compute"]["fp32"][phase]
+        assert len(fit) == 4 and all(math.isfinite(v) and v >= 0 for v in fit) and fit[-1] > 0
+    report = tmp_path / "report.md"
+    result = cli("validate", "--strategies", "ddp,zero3", "--gpus", "2", "--steps", "2", "--hardware", str(profile),
+                 "--repeats", "2", "--calibrate-after", "end", "--out", str(report), "--json", "-")
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out["summary"]["cases"] == 2 and out["summary"]["bytes_exact"] and out["summary"]["memory_exact"]
+    assert out["summary"]["max_abs_error"] == max(abs(c["error"]) for c in out["cases"])
+    for case in out["cases"]:  # two real runs; the lower of the two is the median compared
+        runs = case["real_runs_s"]
+        assert len(runs) == 2 and case["real_step_s"] == min(runs)
+        assert case["spread"] == pytest.approx((max(runs) - min(runs)) / min(runs))
+    assert "| zero3 | 2 |" in report.read_text()
+    after = report.with_suffix(".after.json")  # calibrated again once the runs were done, and averaged
+    assert out["calibrated_after"] == [str(after)] and set(json.loads(after.read_text())["ring"]) == {"2"}
+    assert report.with_suffix(".csv").exists() and report.with_suffix(".png").stat().st_size > 0

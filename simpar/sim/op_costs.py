@@ -86,9 +86,11 @@ class OpCosts:
         which are one tensor already, and elsewhere). Paid in the call, at one rank's speed: at 8 ranks on 2
         cores DDP's took about what it takes at 2 (before and after the ring 1.9-3.4 ms a step against 2.0-4.9),
         not 4x: the other ranks wait in the ring meanwhile instead of computing."""
-        per_tensor, per_element = self.topology.sharded_work.get(self._handling_kind(op), self.topology.tensor_work)
+        per_tensor, per_element = self.topology.tensor_work
         if op.group == "tp" or op.payload not in ("grads", "params") or not (per_tensor or per_element):
             return 0.0
+        if self.topology.sharded_work:
+            per_tensor, per_element = self.topology.sharded_work.get(self._handling_kind(op), (per_tensor, per_element))
         spec = self.scenario.model
         if op.modules:
             names = [name for name, _ in spec.unit_modules(spec.unit_kind(op.units[0]))]

@@ -158,7 +158,8 @@ def write_report(path: Path, profile_path: str, cases: list[dict], result: dict,
     _plot(plot_path, cases)
     lines = [f"# simpar validate: {MODEL}, {len(cases)} cases", "",
              f"Hardware profile: `{profile_path}` (micro-benchmarks only; no case below was used to fit it)"
-             + (f", averaged with the calibrations taken among the runs (`{after}`, `--calibrate-after`)" if after else "")
+             + (f", averaged with the calibrations taken among the runs (`{after}`, `--calibrate-after`)"
+                if after else "")
              + ("; the units' compute re-timed after each round of runs (`--compute retimed`)." if retimed else "."),
              "",
              f"median |error| {100 * result['median_abs_error']:.1f} %, max |error| "

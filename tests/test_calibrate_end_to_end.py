@@ -3,6 +3,8 @@ the profile recorded, the cases judged, the calibration after the runs taken and
 
 import json
 import math
+import subprocess
+import sys
 
 import pytest
 
@@ -26,8 +28,10 @@ def test_calibrate_then_validate_end_to_end(tmp_path, cli):
         fit = data["compute"]["fp32"][phase]
         assert len(fit) == 4 and all(math.isfinite(v) and v >= 0 for v in fit) and fit[-1] > 0
     report = tmp_path / "report.md"
-    result = cli("validate", "--strategies", "ddp,zero3", "--gpus", "2", "--steps", "2", "--hardware", str(profile),
-                 "--repeats", "2", "--calibrate-after", "end", "--out", str(report), "--json", "-")
+    # (a calibration after the runs, at its default repeats, takes longer than the cli fixture allows)
+    result = subprocess.run([sys.executable, "-m", "simpar", "validate", "--strategies", "ddp,zero3", "--gpus", "2",
+                             "--steps", "2", "--hardware", str(profile), "--repeats", "2", "--calibrate-after", "end",
+                             "--out", str(report), "--json", "-"], capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
     assert out["summary"]["cases"] == 2 and out["summary"]["bytes_exact"] and out["summary"]["memory_exact"]

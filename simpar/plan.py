@@ -167,6 +167,12 @@ class Program:
         self.ops.append(cls(id=op_id, stream=stream, deps=tuple(d for d in deps if d is not None), **fields))
         return op_id
 
+    def kept_bytes(self, category: str) -> int:
+        """Bytes of a model state (params, grads, optimizer) these ranks keep on the GPU (or NVMe) for the whole
+        step: less than the whole model's where the state is sharded."""
+        return sum(op.nbytes for op in self.ops if isinstance(op, Alloc) and op.category == category
+                   and op.payload == "model states" and op.memory != "host")
+
     def alloc(self, stream: str, category: str, nbytes: float, memory: str = "gpu", payload: str = "",
               deps=(), units: tuple[int, ...] = (), modules: tuple[int, ...] = ()) -> int:
         return self.add(Alloc, stream, deps, category=category, nbytes=int(nbytes), memory=memory, payload=payload,

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from simpar.plan import Alloc, Copy, Program
+from simpar.plan import Copy, Program
 from simpar.real.nvme import NVMeStore
 from simpar.scenario import Scenario
 
@@ -70,8 +70,8 @@ class ModelStates:
         self.shapes = {id(p): p.shape for params in unit_params for p in params}
         self.mixed = scenario.train.mixed
         whole = scenario.train.weight_bytes * sum(p.numel() for p in self.params)
-        self.grads_sharded = _gpu_bytes(program, "grads") < whole  # live only as the reduced shard
-        self.params_sharded = _gpu_bytes(program, "params") < whole  # no rank holds the updated whole
+        self.grads_sharded = program.kept_bytes("grads") < whole  # live only as the reduced shard
+        self.params_sharded = program.kept_bytes("params") < whole  # no rank holds the updated whole
         # ZeRO-3 by module: each unit's modules' parameters, every module sharded alone (one rank: none is)
         self.modules = modules if self.params_sharded else None
         self.offload = any(isinstance(op, Copy) for op in program.ops)
@@ -305,9 +305,3 @@ class ModelStates:
     def close(self) -> None:
         if self.nvme is not None:
             self.nvme.close()
-
-
-def _gpu_bytes(program: Program, category: str) -> int:
-    """Bytes of a model state the Plan keeps on the GPU (or NVMe) for the whole step."""
-    return sum(op.nbytes for op in program.ops if isinstance(op, Alloc) and op.category == category
-               and op.payload == "model states" and op.memory != "host")

@@ -115,9 +115,8 @@ class OpCosts:
 
             prog = self.plan.programs[0]
             units = {op.unit for op in prog.ops if isinstance(op, Compute) and op.unit >= 0}
-            kept = sum(op.nbytes for op in prog.ops if isinstance(op, Alloc) and op.category == "params"
-                       and op.payload == "model states" and op.memory != "host")
-            self._sharded = kept < self.scenario.train.weight_bytes * Work(self.scenario).params(units)
+            whole = self.scenario.train.weight_bytes * Work(self.scenario).params(units)
+            self._sharded = prog.kept_bytes("params") < whole
         return self._sharded
 
     def wakes(self, pi: int, op) -> bool:

@@ -60,9 +60,13 @@ def fit_line(xs, ys) -> tuple[float, float]:
 def fit_unit_costs(rows: list[dict], phase: str, table: bool = False) -> tuple[list[float], float]:
     """([overhead of an embedding, a layer, a head, FLOP/s], seconds per element of the embedding's table)
     fitted to ``rows`` (kind, flops, seconds; ``table``: the embedding's table elements) by least squares
-    with non-negative terms: one that fits below zero (noise) is fixed at zero and the rest refitted
-    without it. The table term (``table=True``, the backward) prices the embedding's dense gradient: its
-    backward writes a gradient of the whole vocab x hidden table (zeroed, then the tokens' rows added),
+    on the relative error (each row weighted by 1 / its seconds) with non-negative terms: one that fits
+    below zero (noise) is fixed at zero and the rest refitted without it. Relative, because the units a
+    step sums span 0.1 to 4 ms and are judged by their relative error: least squares in seconds let small's
+    4 ms units set the line and left tiny's (the shape of tiny-deep, which ``validate`` runs) one-sided,
+    in every row of four calibrations of 2026-11-25: the layer's backward +8 % on average (-3 to +18 %),
+    the head's forward +20 % (+5 to +40 %); weighted, +0.6 % and +1.2 %, small's within 4 % either way.
+    The table term (``table=True``, the backward) prices the embedding's dense gradient: its backward writes a gradient of the whole vocab x hidden table (zeroed, then the tokens' rows added),
     and with tied embeddings adds it to the head's; isolated on one rank, 96-104 us for tiny's 16 K
     elements and 119-199 us for small's 131 K, whatever the batch; one overhead for both made small's 10-45 %
     short and tiny-deep's 11-120 % long inside a step."""
@@ -70,10 +74,11 @@ def fit_unit_costs(rows: list[dict], phase: str, table: bool = False) -> tuple[l
                for r in rows]
     design = np.array(columns, dtype=float)
     seconds = np.array([r[f"{phase}_s"] for r in rows])
+    weight = 1.0 / np.maximum(seconds, 1e-9)  # relative error; a zero timing (none in practice) stays finite
     free = list(range(design.shape[1]))
     while True:
         coefficients = np.zeros(design.shape[1])
-        coefficients[free] = np.linalg.lstsq(design[:, free], seconds, rcond=None)[0]
+        coefficients[free] = np.linalg.lstsq(design[:, free] * weight[:, None], seconds * weight, rcond=None)[0]
         negative = [i for i in free[:-1] if coefficients[i] < 0]  # the FLOP term always stays
         if not negative:
             break

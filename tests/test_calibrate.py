@@ -1,7 +1,6 @@
 """Calibration: fits, the saved profile and the simulator priced with it; validate's report."""
 
 import json
-import statistics
 
 import numpy as np
 import pytest
@@ -385,31 +384,3 @@ def test_a_compute_right_after_a_pipeline_receive_pays_its_own_resume():
                 last = op
     assert sum(costs.resume(pi, op) == 7e-4 for pi, p in enumerate(plan.programs) for op in p.ops) == 8
 
-
-def test_unit_costs_fit_the_relative_error_so_short_units_are_not_left_one_sided():
-    """Timings the line cannot pass through exactly (the long units cost more than the line, as small's do
-    on this VM): least squares in seconds lets the long rows set the line and prices the short rows of a
-    kind long on average; the fit minimises the relative error instead, so they come out about even."""
-    from simpar.calibrate.profile import fit_unit_costs
-
-    rows = []
-    for kind, overhead in (("embedding", 150e-6), ("layer", 300e-6), ("head", 200e-6)):
-        for f in (1e6, 2e6, 4e6, 2e7, 4e7, 8e7):
-            rows.append({"unit": kind, "fwd_flops": f, "fwd_s": (overhead + f / 5e10) * (1.2 if f > 1e7 else 1.0)})
-    kinds = {"embedding": 0, "layer": 1, "head": 2}
-
-    def relative(costs):
-        return [(costs[kinds[r["unit"]]] + r["fwd_flops"] / costs[3]) / r["fwd_s"] - 1 for r in rows]
-
-    def worst_short_bias(errors):  # the largest mean error of one kind's short rows
-        return max(abs(statistics.fmean(e for e, r in zip(errors, rows) if r["unit"] == k and r["fwd_flops"] < 1e7))
-                   for k in kinds)
-
-    design = np.array([[r["unit"] == k for k in kinds] + [r["fwd_flops"]] for r in rows], dtype=float)
-    plain = np.linalg.lstsq(design, np.array([r["fwd_s"] for r in rows]), rcond=None)[0]
-    plain_errors = relative(list(plain[:3]) + [1 / plain[3]])
-    errors = relative(fit_unit_costs(rows, "fwd")[0])
-    assert worst_short_bias(plain_errors) > 0.04  # the trap: seconds let the long rows decide
-    assert worst_short_bias(errors) < 0.02
-    assert max(map(abs, errors)) < max(map(abs, plain_errors))
-    assert sum(e * e for e in errors) < sum(e * e for e in plain_errors)

@@ -136,6 +136,24 @@ def test_validate_calibrate_after_rounds_calibrates_after_every_round_and_averag
     assert [HardwareProfile.load(path).ring for path in saved] == rings
 
 
+def test_validate_calibrates_only_the_world_sizes_it_runs_and_averages_those(monkeypatch, tmp_path):
+    """A 2-rank validate beside a profile of 2 and 4 ranks: the calibrations among the runs are of 2 ranks
+    alone, and the cases are priced with the average over 2 ranks (a plain --average of the two refuses)."""
+    import simpar.validate as validate
+
+    before, later = _profile(1.0), _profile(3.0, worlds=("2",))
+    events, priced = _fake_runs(monkeypatch, [later])
+    again = validate.Recalibrations(before, "before.json", "fp32", lambda i: str(tmp_path / f"r{i}.json"),
+                                    every_round=True, worlds=(2,))
+    validate.run_cases(before, [("ddp", 2)], "fp32", 3, 60.0, repeats=1, after=again.priced,
+                       after_round=again.after_round)
+    assert events == [("run", ("ddp", 2)), ("calibrate", (2,))]
+    assert set(priced[0].ring) == {"2"} and priced[0].ring["2"] == pytest.approx([2e-3, 1e9])
+    assert priced[0].slowdown == pytest.approx({"1": 1.0, "2": 3.0})  # (2 + 4) / 2; 4 ranks left out
+    with pytest.raises(SimparError, match="differ in"):
+        average_profiles([before, later], ["before.json", "later.json"])
+
+
 def test_the_report_names_the_calibration_after_the_runs(tmp_path):
     import simpar.validate as validate
 

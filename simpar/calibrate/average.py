@@ -37,17 +37,22 @@ def _mean(values: list[float], rate: bool) -> float:
     return sum(values) / len(values)
 
 
-def _merge(name: str, values: list, where: str):
-    """The average of one field's values across the profiles, of the same shape."""
+def _merge(name: str, values: list, where: str, common: bool = False):
+    """The average of one field's values across the profiles, of the same shape (``common``: tables keyed by
+    world size averaged over the keys every profile has, the rest left out)."""
     first = values[0]
     if isinstance(first, dict):
         keys = set(first)
+        if common:
+            keys = keys.intersection(*values[1:]) or keys
+            values = [{key: v[key] for key in first if key in keys} for v in values]
+            first = values[0]
         for other in values[1:]:
             if set(other) != keys:
                 raise SimparError(f"--average: the profiles differ in {where} ({', '.join(sorted(map(str, keys)))} "
                                   f"against {', '.join(sorted(map(str, other)))}); calibrate them with the same "
                                   "--gpus and --precision")
-        return {key: _merge(name, [v[key] for v in values], f"{where}[{key}]") for key in first}
+        return {key: _merge(name, [v[key] for v in values], f"{where}[{key}]", common) for key in first}
     if isinstance(first, list):
         if any(len(v) != len(first) for v in values):
             raise SimparError(f"--average: the profiles differ in the length of {where}")
@@ -67,9 +72,11 @@ def _measured(profiles: list[HardwareProfile], name: str) -> list:
     return values
 
 
-def average_profiles(profiles: list[HardwareProfile], paths: list[str]) -> HardwareProfile:
+def average_profiles(profiles: list[HardwareProfile], paths: list[str], common: bool = False) -> HardwareProfile:
     """One profile whose every fitted figure is the average of ``profiles``' (same machine, same worlds
-    and precisions); its samples keep each profile's, with the paths they came from."""
+    and precisions; ``common``: only the world sizes and precisions they all have, as ``validate`` averages
+    a profile of 2, 4 and 8 ranks with calibrations of the world sizes it runs); its samples keep each
+    profile's, with the paths they came from."""
     if not profiles:
         raise SimparError("--average: give two or more profiles, comma-separated")
     for profile, path in zip(profiles, paths):
@@ -81,7 +88,7 @@ def average_profiles(profiles: list[HardwareProfile], paths: list[str]) -> Hardw
         if profile.machine.get("kept_awake", False) != profiles[0].machine.get("kept_awake", False):
             raise SimparError(f"--average: {path} and {paths[0]} were calibrated one with the cores kept awake, "
                               f"one without (SIMPAR_KEEP_AWAKE): their calls cost different things")
-    fields = {name: _merge(name, _measured(profiles, name), name) for name in _AVERAGED}
+    fields = {name: _merge(name, _measured(profiles, name), name, common) for name in _AVERAGED}
     samples = {"averaged_from": list(paths), "each": [p.samples for p in profiles]}
     shared = [p.samples.get("shared", {}) for p in profiles]
     worlds = [w for w in shared[0] if all("back_to_back" in s.get(w, {}) for s in shared)]

@@ -120,7 +120,8 @@ def run(args) -> int:
         return str(out.with_suffix(f".after-round{index + 1}.json" if every_round else ".after.json"))
 
     say = lambda message: print(f"calibrating among the runs: {message}", file=sys.stderr)  # noqa: E731
-    later = Recalibrations(profile, profile_path, "fp32", save_as, every_round, say) if recalibrate != "none" else None
+    later = (Recalibrations(profile, profile_path, "fp32", save_as, every_round, say, worlds=worlds)
+             if recalibrate != "none" else None)
     pairs = [(s, g) for s in strategies for g in worlds]
     with tqdm(total=len(pairs) * repeats, desc="validating", unit="run", file=sys.stderr, disable=None) as bar:
         cases = run_cases(profile, pairs, "fp32", steps, timeout, repeats, progress=bar.update,

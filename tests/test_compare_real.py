@@ -82,3 +82,10 @@ def test_the_same_worker_runs_under_torchrun(tmp_path):
     result = json.loads((tmp_path / "out.json").read_text())
     assert result["comparison"]["bytes_sent"]["ranks_equal"] == 2
     assert result["comparison"]["memory"]["optimizer"]["error"] == 0
+
+
+def test_a_long_runs_losses_are_shown_first_and_last():
+    from simpar.cli.run_compare import loss_summary
+
+    assert loss_summary([5.5, 5.4]) == "5.5000, 5.4000"
+    assert loss_summary([float(i) for i in range(150)]) == "0.0000, 1.0000, 2.0000, ..., 147.0000, 148.0000, 149.0000"

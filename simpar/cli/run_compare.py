@@ -117,13 +117,21 @@ def _line(label: str, row: dict, show, extra: str = "") -> str:
     return f"  {label:<22}{show(row['sim']):>12}{real:>12}{_percent(row['error']):>10}  {extra}".rstrip()
 
 
+def loss_summary(losses: list[float], shown: int = 3) -> str:
+    """The losses of a run for one line: all of a short run, the first and last ``shown`` of a long one
+    (``validate``-length runs take hundreds of steps)."""
+    if len(losses) <= 2 * shown + 1:
+        return ", ".join(f"{x:.4f}" for x in losses)
+    return ", ".join(f"{x:.4f}" for x in losses[:shown]) + ", ..., " + ", ".join(f"{x:.4f}" for x in losses[-shown:])
+
+
 def print_comparison(scenario: Scenario, result: dict, backend: str) -> None:
     s, t, c = scenario.strategy, scenario.train, result["comparison"]
     world = s.dp * s.pp * s.tp
     print(f"{s.name} on {world} ranks (dp {s.dp} x pp {s.pp} x tp {s.tp}): {scenario.model.name}, {t.precision}, "
           f"{t.optimizer}, global batch {t.global_batch}")
     print(f"simulated on a profile of this machine vs measured with {backend} ({result['real']['steps']} steps; "
-          f"losses {', '.join(f'{x:.4f}' for x in result['real']['losses'])})")
+          f"losses {loss_summary(result['real']['losses'])})")
     print(f"note: {result['profile']}\n")
     print(f"  {'':<22}{'simulated':>12}{'measured':>12}{'error':>10}")
     print(_line("step time", c["step_time_s"], units.human_time))

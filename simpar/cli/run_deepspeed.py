@@ -88,8 +88,10 @@ def deepspeed_alone(args, scenario: Scenario, steps: int, seed: int, timeout: fl
 
 
 def print_beside(beside: dict, executor: dict | None) -> None:
+    from simpar.cli.run_compare import loss_summary
+
     real, c = beside["real"], beside["comparison"]
-    print(f"\nDeepSpeed itself on the same ranks (losses {', '.join(f'{x:.4f}' for x in real['losses'])}; "
+    print(f"\nDeepSpeed itself on the same ranks (losses {loss_summary(real['losses'])}; "
           f"largest difference from {beside['losses_against']} {beside['loss_max_abs_diff_vs_executor']:.1e})")
     print(f"  {'':<22}{'simulated':>12}{'DeepSpeed':>12}{'error':>10}   (simulated with DeepSpeed's habits)")
     for key, label, show in (("step_time_s", "step time", units.human_time),

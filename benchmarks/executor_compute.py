@@ -1,12 +1,12 @@
 """Compute per unit: the calibrated profile against the executor's own forward and backward.
 
     python benchmarks/executor_compute.py [--models tiny-deep,small] [--batches 1,2,4] [--gpus 2] [--repeats 3]
-                                          [--strategy ddp|tp]
+                                          [--strategy ddp|tp] [--steps 40] [--hardware PATH]
 
 Target (issue 16): each kind of unit's forward and backward within 10 % of what the executor
 measures inside a real step, at micro-batches 1-4, for tiny-deep and small. Runs DDP (or tp: its
 pieces of a layer, attention and MLP, each timed as one op) for real
-(``--repeats`` runs of 6 steps each, every rank's last step), takes the mean time per unit kind
+(``--repeats`` runs of ``--steps`` steps each, each op's mean over the steps after the first, every rank), takes the mean time per unit kind
 (embedding, layer, head) and phase, and prints it beside what the simulator prices with this
 machine's profile (``simpar calibrate`` first if there is none). Nothing here is fitted: the
 profile comes from micro-benchmarks alone.
@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import statistics
 from collections import defaultdict
+from pathlib import Path
 
 from simpar.calibrate import calibrate, default_path
 from simpar.calibrate.profile import HardwareProfile
@@ -27,7 +28,7 @@ from simpar.strategies import build_plan
 
 
 def per_unit(timelines: list[dict], plan, spec) -> dict[tuple[str, str], float]:
-    """Mean seconds per (unit kind, phase) over every rank's timeline."""
+    """Mean seconds per (unit kind, phase) over every rank's timeline (the simulator's op_timeline)."""
     seconds = defaultdict(list)
     for timeline in timelines:
         ops = plan.program_of(timeline["ranks"][0]).ops
@@ -35,6 +36,19 @@ def per_unit(timelines: list[dict], plan, spec) -> dict[tuple[str, str], float]:
             op = ops[entry["op"]]
             if getattr(op, "phase", None) in ("fwd", "bwd"):
                 seconds[(spec.unit_kind(op.unit), op.phase)].append(entry["end"] - entry["start"])
+    return {key: statistics.fmean(values) for key, values in seconds.items()}
+
+
+def measured_per_unit(real: dict, plan, spec) -> dict[tuple[str, str], float]:
+    """Mean seconds per (unit kind, phase) of a real run: each op's mean over the run's steps after the first
+    (``op_mean_s``), over every rank, not its last step alone."""
+    seconds = defaultdict(list)
+    for rank in real["ranks"]:
+        ops = plan.program_of(rank["rank"]).ops
+        for op_id, mean in rank["op_mean_s"].items():
+            op = ops[int(op_id)]
+            if getattr(op, "phase", None) in ("fwd", "bwd"):
+                seconds[(spec.unit_kind(op.unit), op.phase)].append(mean)
     return {key: statistics.fmean(values) for key, values in seconds.items()}
 
 
@@ -47,8 +61,12 @@ def main() -> None:
     parser.add_argument("--gpus", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--strategy", default="ddp", choices=("ddp", "tp"))
+    parser.add_argument("--steps", type=int, default=40,
+                        help="steps a run (each op's mean over those after the first; default 40: this VM's "
+                             "speed flips for seconds at a time, and a few steps draw one state)")
+    parser.add_argument("--hardware", help="the profile to price with (default: this machine's cached one)")
     args = parser.parse_args()
-    path = default_path("fp32")
+    path = Path(args.hardware) if args.hardware else default_path("fp32")
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         calibrate("fp32").save(str(path))
@@ -63,7 +81,7 @@ def main() -> None:
             plan = build_plan(scenario)
             sim = simulate(scenario, topology=profile.topology(args.gpus, "fp32"), serial=True).to_json(ops=True)
             simulated = per_unit(sim["op_timeline"], plan, spec)
-            runs = [per_unit(run_real(scenario, 6, timeout=600)["op_timeline"], plan, spec)
+            runs = [measured_per_unit(run_real(scenario, args.steps, timeout=600), plan, spec)
                     for _ in range(args.repeats)]
             for key in sorted(simulated):
                 measured = statistics.median(run[key] for run in runs)

@@ -135,7 +135,8 @@ def print_comparison(scenario: Scenario, result: dict, backend: str) -> None:
     print(f"note: {result['profile']}\n")
     print(f"  {'':<22}{'simulated':>12}{'measured':>12}{'error':>10}")
     print(_line("step time", c["step_time_s"], units.human_time))
-    print("time per op class (mean per rank; ops priced and run one at a time, in Plan order):")
+    print("time per op class (mean per rank and step, the first step left out; ops priced and run one at a time, "
+          "in Plan order):")
     for kind in OP_CLASSES:
         row = c["op_time_s"][kind]
         if row["sim"] or row["real"]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import statistics
 
-from simpar.plan import OP_CLASSES
+from simpar.plan import OP_CLASSES, op_class
 from simpar.real.executor import check_supported, run_rank
 from simpar.real.launch import launch
 from simpar.scenario import Scenario
@@ -54,11 +54,12 @@ def real_json(scenario: Scenario, ranks: list[dict], steps: int, collectives: st
     for rank, result in enumerate(ranks):
         ops = plan.program_of(rank).ops
         busy, parts = dict.fromkeys(OP_CLASSES, 0.0), dict.fromkeys(PARTS, 0.0)
-        for entry in result["timeline"]:
-            seconds = entry["end"] - entry["start"]
-            busy[entry["class"]] += seconds
+        # each op's mean over the steps the step time is the mean of (a runner without them: the last step)
+        means = result.get("op_means") or {e["op"]: e["end"] - e["start"] for e in result["timeline"]}
+        for op_id, seconds in means.items():
+            busy[op_class(ops[int(op_id)])] += seconds
             # the simulator's parts; a pipeline receive (its wait included) counts as communication
-            parts[part_of(ops[entry["op"]]) or "communication"] += seconds
+            parts[part_of(ops[int(op_id)]) or "communication"] += seconds
         parts["idle"] = max(0.0, step_time - sum(parts.values()))
         for part in PARTS:
             totals[part] += parts[part] / len(ranks)
@@ -66,7 +67,8 @@ def real_json(scenario: Scenario, ranks: list[dict], steps: int, collectives: st
                           "bytes_sent": _per_step(result["bytes_sent"], steps),
                           "bytes_received": _per_step(result["bytes_received"], steps),
                           "offload_bytes": result["offload_bytes"] // steps, "memory": result["memory"],
-                          "breakdown": parts, "op_time": busy, "step_times_s": result["step_times"]})
+                          "breakdown": parts, "op_time": busy, "op_mean_s": {str(k): v for k, v in means.items()},
+                          "step_times_s": result["step_times"]})
     notes = ["time per op: ops run one after another here (no stream overlap); a pipeline "
              "receive's time includes waiting for the sender (the bubble); a data-parallel collective's time "
              "includes flattening and re-pointing its tensors (a calibrated profile prices that too)"]

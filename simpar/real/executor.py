@@ -335,7 +335,8 @@ def _train(ctx, executor: RankExecutor, steps: int) -> dict:
     recorder = executor.recorder
     return {"losses": losses, "params": params, "bytes_sent": executor.comm.sent,
             "bytes_received": executor.comm.received, "offload_bytes": states.copied,
-            "step_times": recorder.step_times, "timeline": recorder.timeline, "memory": recorder.report()}
+            "step_times": recorder.step_times, "timeline": recorder.timeline, "op_means": recorder.op_means(),
+            "memory": recorder.report()}
 
 
 def single_process(scenario: Scenario, steps: int, seed: int) -> dict:

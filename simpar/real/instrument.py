@@ -78,6 +78,9 @@ class Recorder:
         self.device = device
         self.timeline: list[dict] = []  # the last step's ops: {op, stream, class, start, end}
         self.step_times: list[float] = []
+        # each op's seconds summed over the steps after the first (the warm-up, as the step time leaves it
+        # out): one step is one draw of a machine whose steps spread by tens of percent (docs/calibration.md)
+        self.op_seconds: dict[int, float] = defaultdict(float)
         self.peaks: dict[tuple[str, str], int] = defaultdict(int)  # (memory, category) -> bytes
         self.peak_total: dict[str, int] = defaultdict(int)  # memory -> the largest sum at one sample
         self._t0 = 0.0
@@ -99,6 +102,15 @@ class Recorder:
         if kind is not None:
             self.timeline.append({"op": op.id, "stream": op.stream, "class": kind,
                                   "start": started - self._t0, "end": self.clock() - self._t0})
+            if self.step_times:  # a step after the first
+                self.op_seconds[op.id] += self.timeline[-1]["end"] - self.timeline[-1]["start"]
+
+    def op_means(self) -> dict[int, float]:
+        """Each timed op's mean seconds over the steps after the first (the last step's alone if only one ran)."""
+        steps = len(self.step_times) - 1
+        if steps < 1:
+            return {entry["op"]: entry["end"] - entry["start"] for entry in self.timeline}
+        return {op: seconds / steps for op, seconds in self.op_seconds.items()}
 
     def sample(self, held: dict[tuple[str, str], list | int]) -> None:
         """``held``: (memory, category) -> the tensors held there now (or a byte count)."""

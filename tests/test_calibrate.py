@@ -25,7 +25,7 @@ def test_unit_costs_fit_an_overhead_per_kind_of_unit_and_one_rate():
     truth = {"embedding": 30e-6, "layer": 300e-6, "head": 80e-6}
     rows = [{"unit": kind, "fwd_flops": f, "fwd_s": truth[kind] + f / 2e10}
             for kind in truth for f in (1e6, 4e6, 16e6)]
-    assert fit_unit_costs(rows, "fwd") == (pytest.approx([30e-6, 300e-6, 80e-6, 2e10]), 0.0)
+    assert fit_unit_costs(rows, "fwd") == (pytest.approx([30e-6, 300e-6, 80e-6, 2e10]), {})
 
 
 def test_unit_costs_refit_without_an_overhead_that_fits_below_zero():

@@ -121,10 +121,10 @@ def test_the_embeddings_backward_is_fitted_an_overhead_and_a_cost_per_element_of
     rows = [{"unit": kind, "table": table if kind == "embedding" else 0, "bwd_flops": f,
              "bwd_s": truth[kind] + (table * 0.6e-9 if kind == "embedding" else 0) + f / 2e10}
             for table in (16384, 131072) for kind in truth for f in ((0.0,) if kind == "embedding" else (1e6, 4e6))]
-    overheads, per_element = fit_unit_costs(rows, "bwd", table=True)
-    assert overheads == pytest.approx([90e-6, 300e-6, 80e-6, 2e10]) and per_element == pytest.approx(0.6e-9)
+    overheads, extras = fit_unit_costs(rows, "bwd", ("table",))
+    assert overheads == pytest.approx([90e-6, 300e-6, 80e-6, 2e10]) and extras["table"] == pytest.approx(0.6e-9)
     below = [dict(r, bwd_s=r["bwd_s"] - (r["table"] * 1.2e-9)) for r in rows]  # a table that costs less: no term
-    assert fit_unit_costs(below, "bwd", table=True)[1] == 0.0
+    assert fit_unit_costs(below, "bwd", ("table",))[1] == {"table": 0.0}
 
 
 def test_the_simulator_prices_the_embeddings_backward_by_its_table_and_averages_the_term():
@@ -187,3 +187,71 @@ def test_unit_costs_fit_the_relative_error_so_short_units_are_not_left_one_sided
     assert worst_short_bias(errors) < 0.02
     assert max(map(abs, errors)) < max(map(abs, plain_errors))
     assert sum(e * e for e in errors) < sum(e * e for e in plain_errors)
+
+
+def _layer_rows(per_score: float) -> list[dict]:
+    """compute_worker's rows of tiny, small and tiny-deep at micro-batches 1, 2, 4: 10-40 us overheads, 20
+    GFLOP/s, and ``per_score`` seconds per attention score of a layer (tiny-deep's: twice tiny's, same FLOPs)."""
+    from simpar.models import model
+    from simpar.scenario import make_scenario
+    from simpar.strategies.work import Work
+
+    overheads = {"embedding": 10e-6, "layer": 40e-6, "head": 20e-6}
+    rows = []
+    for name in ("tiny", "small", "tiny-deep"):
+        spec = model(name)
+        for b in (1, 2, 4):
+            units = Work(make_scenario(spec, "ddp", 1, micro_batch=b, topology="cpu-host")).units
+            for kind, u in (("embedding", units[0]), ("layer", units[1]), ("head", units[-1])):
+                scores = spec.attention_scores(b) if kind == "layer" else 0
+                rows.append({"unit": kind, "fwd_flops": u.fwd_flops, "scores": scores,
+                             "fwd_s": overheads[kind] + u.fwd_flops / 2e10 + per_score * scores})
+    return rows
+
+
+def test_a_layers_attention_scores_are_fitted_beside_its_flops():
+    """Timings that pay 3 ns an attention score: the fit recovers it, the overheads and the rate; without
+    the term (rows that pay nothing for scores) it fits 0."""
+    from simpar.calibrate.profile import fit_unit_costs
+
+    costs, extras = fit_unit_costs(_layer_rows(3e-9), "fwd", ("scores",))
+    assert costs == pytest.approx([10e-6, 40e-6, 20e-6, 2e10]) and extras["scores"] == pytest.approx(3e-9)
+    assert fit_unit_costs(_layer_rows(0.0), "fwd", ("scores",))[1]["scores"] == pytest.approx(0.0, abs=1e-15)
+
+
+def test_the_simulator_prices_a_layer_by_its_heads_and_tp_splits_them():
+    """The same FLOPs in 8 heads or 4: the calibrated cost per score makes the 8-head layer dearer by exactly
+    the scores it adds; a TP rank computes 1/tp of the heads, its attention piece pays for them, its MLP
+    piece none; full recomputation pays the forward's scores again in the backward."""
+    import dataclasses
+
+    from simpar.calibrate.profile import HardwareProfile
+    from simpar.models import model
+    from simpar.scenario import make_scenario
+    from simpar.sim.op_costs import OpCosts
+    from simpar.strategies import build_plan
+
+    profile = HardwareProfile(machine={"host": "test", "cores": 2, "torch": "x", "cpu": "x"},
+                              compute={"fp32": {"fwd": [20e-6, 100e-6, 50e-6, 50e9], "bwd": [40e-6, 200e-6, 90e-6, 40e9]}},
+                              slowdown={"1": 1.0, "2": 1.0}, ring={"2": [50e-6, 2e9]},
+                              optimizer_params_per_s={"adam": 1e8, "sgd": 4e8}, copy_bytes_per_s=1e10,
+                              attention_scores={"fp32": [3e-9, 8e-9]})
+    deep = model("tiny-deep")
+
+    def layer_costs(spec, strategy="ddp", recompute="none"):
+        scenario = make_scenario(spec, strategy, 2, micro_batch=2, topology="cpu-host", recompute=recompute)
+        plan = build_plan(scenario)
+        costs = OpCosts(plan, scenario, profile.topology(2, "fp32"))
+        ops = [op for op in plan.programs[0].ops if getattr(op, "phase", None) in ("fwd", "bwd") and op.unit == 1]
+        return {(op.phase, op.part): costs.compute_time(plan.programs[0], op) for op in ops}
+
+    eight, four = layer_costs(deep), layer_costs(dataclasses.replace(deep, heads=4))
+    scores = 2 * 4 * 32 ** 2  # micro-batch 2 x the 4 heads more x seq^2
+    assert eight[("fwd", "")] - four[("fwd", "")] == pytest.approx(3e-9 * scores)
+    assert eight[("bwd", "")] - four[("bwd", "")] == pytest.approx(8e-9 * scores)
+    tp, tp_four = layer_costs(deep, "tp"), layer_costs(dataclasses.replace(deep, heads=4), "tp")
+    assert tp[("fwd", "attn")] - tp_four[("fwd", "attn")] == pytest.approx(3e-9 * scores / 2)
+    assert tp[("fwd", "mlp")] == pytest.approx(tp_four[("fwd", "mlp")])
+    recomputed = layer_costs(deep, recompute="full")
+    assert recomputed[("bwd", "")] - layer_costs(dataclasses.replace(deep, heads=4), recompute="full")[("bwd", "")] \
+        == pytest.approx((3e-9 + 8e-9) * scores)

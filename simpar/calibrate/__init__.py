@@ -25,7 +25,9 @@ from simpar.calibrate.profile import HardwareProfile, fit_collective_costs, fit_
 from simpar.real import awake
 from simpar.real.launch import launch
 
-MODELS = ["tiny", "small"]
+# tiny-deep's layer is tiny's with 8 heads of 8 instead of 4 of 16: the same FLOPs, twice the attention
+# scores, which the CPU attention kernel pays for (``fit_unit_costs``); two shapes of 4 heads cannot tell them
+MODELS = ["tiny", "small", "tiny-deep"]
 BATCHES = [1, 2, 4]
 RING_SIZES = [2**k for k in range(12, 22)]  # 4 KiB to 2 MiB
 PATTERN_SIZES = [2**12, 2**18, 2**21]  # 4 KiB to 2 MiB: a TP activation to a DDP bucket
@@ -157,7 +159,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
         say(f"compute, one rank (pass {len(passes) + 1})")
         passes.append(compute_pass(precision, repeats, timeout))
     alone = average_passes(passes)
-    compute, between, step, table = fit_compute(alone)
+    compute, between, step, table, scores = fit_compute(alone)
     handling, sharded = fit_tensor_work(alone), fit_sharded_work(alone)
     rates = {}
     for name in ("adam", "sgd"):
@@ -176,7 +178,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
                            optimizer_params_per_s=rates, optimizer_step={precision: step} if step else {},
                            tensor_work={precision: handling} if handling else {},
                            sharded_work={precision: sharded} if sharded else {},
-                           embedding_table={precision: table},
+                           embedding_table={precision: table}, attention_scores={precision: scores},
                            copy_bytes_per_s=1.0 / seconds_per_byte if seconds_per_byte else 1e11,
                            samples={"compute": alone, "host": host, "shared": shared,
                                     "ring_sizes": RING_SIZES})
@@ -187,15 +189,18 @@ def compute_pass(precision: str = "fp32", repeats: int = 10, timeout: float = 60
     return launch(compute_worker, 1, (MODELS, BATCHES, precision, repeats), timeout=timeout)[0]
 
 
-def fit_compute(alone: list[dict]) -> tuple[dict, float, list[float], float]:
+def fit_compute(alone: list[dict]) -> tuple[dict, float, list[float], float, list[float]]:
     """({phase: unit costs} fitted to ``average_passes``' rows, the executor's work between ops per op of
     the plan: one figure for every model and batch, as it is Python around each op, not the op's work;
     its optimizer step [seconds per step, parameters per second]: a line over the models' sizes; seconds per
-    element of the embedding's table in its backward: ``fit_unit_costs``)."""
-    compute = {"fwd": fit_unit_costs(alone, "fwd")[0]}
-    compute["bwd"], table = fit_unit_costs(alone, "bwd", table=True)
+    element of the embedding's table in its backward; [forward, backward] seconds per attention score of a
+    layer: ``fit_unit_costs``)."""
+    compute, scores = {}, []
+    for phase, extras in (("fwd", ("scores",)), ("bwd", ("table", "scores"))):
+        compute[phase], fitted = fit_unit_costs(alone, phase, extras)
+        scores.append(fitted["scores"])
     step = fit_optimizer_step(alone)
-    return compute, statistics.fmean(row["between_ops_s"] for row in alone), step, table
+    return compute, statistics.fmean(row["between_ops_s"] for row in alone), step, fitted["table"], scores
 
 
 def fit_tensor_work(alone: list[dict], key: str = "reduce_s") -> list[float]:
@@ -242,7 +247,7 @@ def retimed(profile: HardwareProfile, passes: list[list[dict]], precision: str) 
     """A copy of ``profile`` whose unit compute, work between ops and optimizer step are fitted to ``passes``
     (of ``compute_pass``) instead; everything else (collectives, sharing, wake, resume) as calibrated."""
     alone = average_passes(passes)
-    fitted, between, step, table = fit_compute(alone)
+    fitted, between, step, table, scores = fit_compute(alone)
     steps = {**profile.optimizer_step, precision: step} if step else profile.optimizer_step
     handling = fit_tensor_work(alone)
     handled = {**profile.tensor_work, precision: handling} if handling else profile.tensor_work
@@ -251,6 +256,7 @@ def retimed(profile: HardwareProfile, passes: list[list[dict]], precision: str) 
     return replace(profile, compute={**profile.compute, precision: fitted}, between_ops=between, optimizer_step=steps,
                    tensor_work=handled, sharded_work=sharded,
                    embedding_table={**profile.embedding_table, precision: table},
+                   attention_scores={**profile.attention_scores, precision: scores},
                    samples={**profile.samples, "compute_retimed": alone})
 
 

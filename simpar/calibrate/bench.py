@@ -94,6 +94,7 @@ def compute_worker(ctx, models: list[str], batches: list[int], precision: str, r
                 u = work.units[unit]
                 rows.append({"model": name, "batch": b, "unit": kind, "fwd_flops": u.fwd_flops,
                              "bwd_flops": u.bwd_flops, "table": u.params if kind == "embedding" else 0,
+                             "scores": spec.attention_scores(b) if kind == "layer" else 0,
                              "fwd_s": statistics.fmean(seconds[(kind, "fwd")]),
                              "bwd_s": statistics.fmean(seconds[(kind, "bwd")]),
                              "between_ops_s": statistics.fmean(between), "params": spec.params,

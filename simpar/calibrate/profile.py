@@ -57,20 +57,24 @@ def fit_line(xs, ys) -> tuple[float, float]:
     return intercept, slope
 
 
-def fit_unit_costs(rows: list[dict], phase: str, table: bool = False) -> tuple[list[float], float]:
-    """([overhead of an embedding, a layer, a head, FLOP/s], seconds per element of the embedding's table)
-    fitted to ``rows`` (kind, flops, seconds; ``table``: the embedding's table elements) by least squares
+def fit_unit_costs(rows: list[dict], phase: str, extras: tuple[str, ...] = ()) -> tuple[list[float], dict]:
+    """([overhead of an embedding, a layer, a head, FLOP/s], {extra: seconds per one of it}) fitted to ``rows``
+    (kind, flops, seconds, and each of ``extras``: "table", the embedding's table elements; "scores", a
+    layer's attention scores, batch x heads x seq^2; 0 where a row lacks it) by least squares
     on the relative error (each row weighted by 1 / its seconds) with non-negative terms: one that fits
     below zero (noise) is fixed at zero and the rest refitted without it. Relative, because the units a
     step sums span 0.1 to 4 ms and are judged by their relative error: least squares in seconds let small's
     4 ms units set the line and left tiny's (the shape of tiny-deep, which ``validate`` runs) one-sided,
     in every row of four calibrations of 2026-11-25: the layer's backward +8 % on average (-3 to +18 %),
     the head's forward +20 % (+5 to +40 %); weighted, +0.6 % and +1.2 %, small's within 4 % either way.
-    The table term (``table=True``, the backward) prices the embedding's dense gradient: its backward writes a gradient of the whole vocab x hidden table (zeroed, then the tokens' rows added),
+    The table term (the backward) prices the embedding's dense gradient: its backward writes a gradient of the whole vocab x hidden table (zeroed, then the tokens' rows added),
     and with tied embeddings adds it to the head's; isolated on one rank, 96-104 us for tiny's 16 K
     elements and 119-199 us for small's 131 K, whatever the batch; one overhead for both made small's 10-45 %
-    short and tiny-deep's 11-120 % long inside a step."""
-    columns = [[r["unit"] == k for k in UNIT_KINDS] + ([r.get("table", 0)] if table else []) + [r[f"{phase}_flops"]]
+    short and tiny-deep's 11-120 % long inside a step. The scores term prices the CPU attention kernel's
+    work per score, whatever the head's size: interleaved on one rank, a layer of 8 heads of 8 took 9-20 %
+    longer backward than one of 4 heads of 16 with the same FLOPs, the extra growing as seq^2 x heads
+    (2.5-3.2 ns a score forward, 7-10 ns backward, at seq 32-128)."""
+    columns = [[r["unit"] == k for k in UNIT_KINDS] + [r.get(extra, 0) for extra in extras] + [r[f"{phase}_flops"]]
                for r in rows]
     design = np.array(columns, dtype=float)
     seconds = np.array([r[f"{phase}_s"] for r in rows])
@@ -85,7 +89,7 @@ def fit_unit_costs(rows: list[dict], phase: str, table: bool = False) -> tuple[l
         free.remove(min(negative, key=lambda i: coefficients[i]))
     per_flop = max(float(coefficients[-1]), 1e-15)
     overheads = [float(c) for c in coefficients[:len(UNIT_KINDS)]]
-    return overheads + [1.0 / per_flop], float(coefficients[len(UNIT_KINDS)]) if table else 0.0
+    return overheads + [1.0 / per_flop], {extra: float(coefficients[len(UNIT_KINDS) + i]) for i, extra in enumerate(extras)}
 
 
 def fit_collective_costs(rows: list[dict], wake: float | None = None) -> tuple[float, float, float, float]:
@@ -165,6 +169,9 @@ class HardwareProfile:
     # precision -> seconds per element of the embedding's table that its backward pays (the dense gradient:
     # ``fit_unit_costs``); empty in older profiles: one overhead for every table
     embedding_table: dict[str, float] = field(default_factory=dict)
+    # precision -> [forward, backward] seconds per attention score of a layer (batch x heads x seq^2 on one
+    # rank: ``fit_unit_costs``); empty in older profiles: a layer's cost by its FLOPs alone, whatever its heads
+    attention_scores: dict[str, list[float]] = field(default_factory=dict)
 
     # -- persistence ----------------------------------------------------------------------------
     def save(self, path: str) -> None:
@@ -256,6 +263,8 @@ class HardwareProfile:
         costs = {phase: ({k: o for k, o in zip(UNIT_KINDS, fit[:-1])}, fit[-1])
                  for phase, fit in self.compute[precision].items()}
         costs["bwd"][0]["embedding_table"] = float(self.embedding_table.get(precision, 0.0))
+        for phase, per_score in zip(("fwd", "bwd"), self.attention_scores.get(precision) or ()):
+            costs[phase][0]["attention_scores"] = float(per_score)
         costs["step"] = self.step_cost(precision)
         rate = costs["fwd"][1]
         ram = 2**30 * 16

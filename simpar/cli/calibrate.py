@@ -96,6 +96,8 @@ def _save_and_show(profile, args, precision: str, what: str = "") -> int:
         per_kind = ", ".join(f"{kind} {units.human_time(o)}" for kind, o in zip(UNIT_KINDS, overheads))
         table = profile.embedding_table.get(precision, 0.0) if phase == "bwd" else 0.0
         per_kind += f" + {1e9 * table:.2f} ns per element of its table" if table else ""
+        scores = (profile.attention_scores.get(precision) or (0.0, 0.0))[phase == "bwd"]
+        per_kind += f" + {1e9 * scores:.2f} ns per attention score of a layer" if scores else ""
         print(f"  {label:<10} overhead {per_kind}; FLOPs at {rate / 1e9:,.2f} GFLOP/s")
     print(f"  optimizer  Adam {profile.optimizer_params_per_s['adam'] / 1e6:,.0f} M params/s on a bare tensor, "
           f"copies {units.human_rate(profile.copy_bytes_per_s)}")

@@ -144,6 +144,11 @@ class ModelSpec:
         (2 x 2 x b x s^2 x hidden, counted in full as Megatron does)."""
         return 2.0 * micro_batch * self.seq * self.layer_weights() + 4.0 * micro_batch * self.seq**2 * self.hidden
 
+    def attention_scores(self, micro_batch: int, tp: int = 1) -> int:
+        """Attention scores one TP rank's layer computes, micro-batch x its heads x seq^2: what a CPU attention
+        kernel's time follows beside its FLOPs (heads of 8 cost as much per score as heads of 16)."""
+        return micro_batch * (self.heads // tp) * self.seq ** 2
+
     def head_forward_flops(self, micro_batch: int) -> float:
         """The output projection to the vocabulary (present whether or not it is tied)."""
         return 2.0 * micro_batch * self.seq * self.vocab * self.hidden

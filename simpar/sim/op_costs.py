@@ -156,10 +156,28 @@ class OpCosts:
             overhead = overheads.get(kind, 0.0) * self._overhead_share(kind, op) if op.part else overheads.get(kind, 0.0)
             if kind == "embedding" and overheads.get("embedding_table"):  # its backward's dense table gradient
                 overhead += overheads["embedding_table"] * self._embedding_table()
+            if kind == "layer" and self._has_attention(op):
+                overhead += self._attention_scores_cost(op)
             return overhead + op.flops / rate
         if self.kernel_pricer is not None:  # a GPU: the kernels the unit launches, each priced by shape
             return self.kernel_pricer.time(kind, op)
         return max(op.flops / self.flops_rate, op.bytes / self.gpu.memory_bandwidth)
+
+    @staticmethod
+    def _has_attention(op: Compute) -> bool:
+        """Whether a layer's compute runs its attention: the whole layer, or tensor parallelism's attention
+        piece (not its MLP, nor the weight-gradient half of a split backward)."""
+        return not op.part or (op.part.startswith("attn") and not op.part.endswith("wgrad"))
+
+    def _attention_scores_cost(self, op: Compute) -> float:
+        """Seconds a layer's attention scores cost on a calibrated profile: its scores on one rank (1/tp of
+        the heads) at the phase's calibrated cost per score; a backward that recomputes the attention (full
+        or selective recomputation) computes its forward scores again."""
+        costs, spec = self.gpu.costs, self.scenario.strategy
+        per_score = costs[op.phase][0].get("attention_scores", 0.0)
+        if op.phase == "bwd" and spec.recompute != "none":
+            per_score += costs["fwd"][0].get("attention_scores", 0.0)
+        return per_score * self.scenario.model.attention_scores(self.scenario.train.micro_batch, spec.tp)
 
     def _embedding_table(self) -> int:
         """Elements of the embedding's table one rank holds (its vocabulary shard and the positions)."""

@@ -5,9 +5,9 @@
 
 Target (issue 16): each kind of unit's forward and backward within 10 % of what the executor
 measures inside a real step, at micro-batches 1-4, for tiny-deep and small. Runs DDP (or tp: its
-pieces of a layer, attention and MLP, each timed as one op) for real
-(``--repeats`` runs of ``--steps`` steps each, each op's mean over the steps after the first, every rank), takes the mean time per unit kind
-(embedding, layer, head) and phase, and prints it beside what the simulator prices with this
+pieces of a layer, attention and MLP, each timed as one op) for real (``--repeats`` runs of ``--steps``
+steps each, each op's mean over the steps after the first, every rank), takes the mean time per unit
+kind (embedding, layer, head) and phase, and prints it beside what the simulator prices with this
 machine's profile (``simpar calibrate`` first if there is none). Nothing here is fitted: the
 profile comes from micro-benchmarks alone.
 """

@@ -255,3 +255,22 @@ def test_the_simulator_prices_a_layer_by_its_heads_and_tp_splits_them():
     recomputed = layer_costs(deep, recompute="full")
     assert recomputed[("bwd", "")] - layer_costs(dataclasses.replace(deep, heads=4), recompute="full")[("bwd", "")] \
         == pytest.approx((3e-9 + 8e-9) * scores)
+
+
+def test_the_attention_score_term_prices_the_same_on_the_fast_path():
+    from simpar.calibrate.profile import HardwareProfile
+    from simpar.models import model
+    from simpar.scenario import make_scenario
+    from simpar.sim import simulate
+
+    profile = HardwareProfile(machine={"host": "test", "cores": 2, "torch": "x", "cpu": "x"},
+                              compute={"fp32": {"fwd": [20e-6, 100e-6, 50e-6, 50e9], "bwd": [40e-6, 200e-6, 90e-6, 40e9]}},
+                              slowdown={"1": 1.0, "2": 1.0}, ring={"2": [50e-6, 2e9]},
+                              optimizer_params_per_s={"adam": 1e8, "sgd": 4e8}, copy_bytes_per_s=1e10,
+                              attention_scores={"fp32": [3e-9, 8e-9]})
+    for strategy in ("ddp", "tp", "pp"):
+        scenario = make_scenario(model("tiny-deep"), strategy, 2, micro_batch=2, microbatches=4 if strategy == "pp" else 1,
+                                 topology="cpu-host")
+        full = simulate(scenario, topology=profile.topology(2, "fp32"), replay=False)
+        assert simulate(scenario, topology=profile.topology(2, "fp32"), fast=True).step_time_s == pytest.approx(
+            full.step_time_s, rel=1e-9)

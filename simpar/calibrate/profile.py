@@ -67,10 +67,11 @@ def fit_unit_costs(rows: list[dict], phase: str, extras: tuple[str, ...] = ()) -
     4 ms units set the line and left tiny's (the shape of tiny-deep, which ``validate`` runs) one-sided,
     in every row of four calibrations of 2026-11-25: the layer's backward +8 % on average (-3 to +18 %),
     the head's forward +20 % (+5 to +40 %); weighted, +0.6 % and +1.2 %, small's within 4 % either way.
-    The table term (the backward) prices the embedding's dense gradient: its backward writes a gradient of the whole vocab x hidden table (zeroed, then the tokens' rows added),
-    and with tied embeddings adds it to the head's; isolated on one rank, 96-104 us for tiny's 16 K
-    elements and 119-199 us for small's 131 K, whatever the batch; one overhead for both made small's 10-45 %
-    short and tiny-deep's 11-120 % long inside a step. The scores term prices the CPU attention kernel's
+    The table term (the backward) prices the embedding's dense gradient: its backward writes a gradient of
+    the whole vocab x hidden table (zeroed, then the tokens' rows added), and with tied embeddings adds it
+    to the head's; isolated on one rank, 96-104 us for tiny's 16 K elements and 119-199 us for small's
+    131 K, whatever the batch; one overhead for both made small's 10-45 % short and tiny-deep's 11-120 %
+    long inside a step. The scores term prices the CPU attention kernel's
     work per score, whatever the head's size: interleaved on one rank, a layer of 8 heads of 8 took 9-20 %
     longer backward than one of 4 heads of 16 with the same FLOPs, the extra growing as seq^2 x heads
     (2.5-3.2 ns a score forward, 7-10 ns backward, at seq 32-128)."""
@@ -89,7 +90,8 @@ def fit_unit_costs(rows: list[dict], phase: str, extras: tuple[str, ...] = ()) -
         free.remove(min(negative, key=lambda i: coefficients[i]))
     per_flop = max(float(coefficients[-1]), 1e-15)
     overheads = [float(c) for c in coefficients[:len(UNIT_KINDS)]]
-    return overheads + [1.0 / per_flop], {extra: float(coefficients[len(UNIT_KINDS) + i]) for i, extra in enumerate(extras)}
+    per_extra = {extra: float(coefficients[len(UNIT_KINDS) + i]) for i, extra in enumerate(extras)}
+    return overheads + [1.0 / per_flop], per_extra
 
 
 def fit_collective_costs(rows: list[dict], wake: float | None = None) -> tuple[float, float, float, float]:

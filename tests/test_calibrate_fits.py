@@ -86,7 +86,7 @@ def test_compute_passes_are_averaged_unit_by_unit():
 def test_between_ops_is_the_steps_time_outside_every_timed_op_per_op_of_the_plan():
     """A 10 ms step whose two timed ops last 3 and 5 ms spent 2 ms between ops; over 40 plan ops (Alloc
     and Free count: the executor handles them too) that is 50 us each. Never below zero."""
-    from simpar.calibrate.bench import between_ops
+    from simpar.calibrate.handling import between_ops
 
     timeline = [{"start": 0.5e-3, "end": 3.5e-3}, {"start": 4e-3, "end": 9e-3}]
     assert between_ops(10e-3, timeline, 40) == pytest.approx(50e-6)

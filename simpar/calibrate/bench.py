@@ -57,7 +57,7 @@ def compute_worker(ctx, models: list[str], batches: list[int], precision: str, r
     data-parallel collective (``tensors`` parameter tensors concatenated into one buffer, scaled, and
     each gradient re-pointed into it); ``gather_s`` what ZeRO-1/2's all-gather does instead, timed
     right after each step (``handling.time_gather``)."""
-    from simpar.calibrate.handling import time_gather
+    from simpar.calibrate.handling import between_ops, time_gather
     from simpar.real.executor import RankExecutor
 
     rows = []
@@ -102,14 +102,6 @@ def compute_worker(ctx, models: list[str], batches: list[int], precision: str, r
                              "gather_s": statistics.fmean(gathered),
                              "tensors": sum(spec.unit_tensors(spec.unit_kind(u)) for u in range(work.num_units))})
     return rows
-
-
-def between_ops(step_seconds: float, timeline: list[dict], ops: int) -> float:
-    """Seconds per op of the plan that a step spends outside every timed op: the executor's own work
-    between them (dispatching each op, its label and timer, Alloc and Free, which no op times). The
-    calibrated unit costs are timed inside the ops, so without it the simulator missed this time:
-    0.6 ms a step of 45 ops for DDP on one rank, 1.0 ms on two (2026-11-24)."""
-    return max(step_seconds - sum(e["end"] - e["start"] for e in timeline), 0.0) / ops
 
 
 def ring_worker(ctx, sizes: list[int], repeats: int) -> list[dict]:

@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from simpar.calibrate.bench import (LONG_PHASE, PATTERN_OPS, SERIES, burst_worker, compute_worker, host_worker,
-                                   pattern_worker, phase_cost, phase_worker, relay_worker, ring_steps, ring_worker,
-                                   series_wake)
+                                   pattern_worker, phase_cost, phase_worker, ring_steps, ring_worker, series_wake)
+from simpar.calibrate.pipeline_bench import late_recv_cost, late_worker, relay_worker
 from simpar.calibrate.profile import HardwareProfile, fit_collective_costs, fit_line, fit_unit_costs, machine_id
 from simpar.real import awake
 from simpar.real.launch import launch
@@ -54,6 +54,7 @@ def _both(ctx, precision: str, repeats: int) -> dict:
     return {"ring": ring_worker(ctx, RING_SIZES, repeats),
             "pattern": pattern_worker(ctx, PATTERN_SIZES, repeats),
             "relay": relay_worker(ctx, 3 * repeats),
+            "late": late_worker(ctx, 10 * repeats),
             "phases": phase_worker(ctx, PHASE_SIZE, PHASE_SECONDS * repeats / 10)}
 
 
@@ -106,7 +107,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
     passes = [compute_pass(precision, repeats, timeout)]
     host = launch(host_worker, 1, (OPTIMIZER_PARAMS, repeats), timeout=timeout)[0]
     slowdown, ring, wake, handoff, resume, resume_after_recv, shared = {"1": 1.0}, {}, {}, {}, {}, {}, {}
-    growth, phase, unit_alone, issue, worker_server, short_wake = {}, {}, {}, {}, {}, {}
+    growth, phase, unit_alone, issue, worker_server, short_wake, late = {}, {}, {}, {}, {}, {}, {}
     for world in worlds:
         say(f"{world} ranks at once: compute and ring steps")
         ranks = launch(_both, world, (precision, repeats), timeout=timeout)
@@ -145,6 +146,8 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
         _, _, leg, leg_rate = fit_collective_costs([row for row in rows if row["op"] == "psreduce"], ps_wake)
         worker_server[str(world)] = [ps_wake, leg, leg_rate]
         ring[str(world)] = [step_alpha, bandwidth]
+        # a pipeline receive posted after its send: gloo's rendezvous makes it wait for the sender's thread
+        late[str(world)] = late_recv_cost([r["late"] for r in ranks], bandwidth)
         # ... and how much more a call costs after a longer compute (the wait for the slowest rank grows)
         growth[str(world)], phase[str(world)], phases = wake_growth(ranks)
         # ... and how much less after a short one (a tensor-parallel piece): [its compute, the first call's extra]
@@ -155,6 +158,8 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
                               "wake_fitted_with_the_steps": fit_collective_costs(ring_rows)[0],
                               "pattern_compute_without_calls": without, "burst_together": burst["together"],
                               "relay": ranks[0]["relay"], "phases": phases,
+                              "late": {size: statistics.fmean(t for r in ranks for t in r["late"][size])
+                                       for size in ranks[0]["late"]},
                               "back_to_back": [alpha, 1.0 / seconds_per_byte if seconds_per_byte else 1e12]}
         say(f"compute, one rank (pass {len(passes) + 1})")
         passes.append(compute_pass(precision, repeats, timeout))
@@ -172,6 +177,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
     machine = {**machine_id(), "kept_awake": awake.enabled()}
     return HardwareProfile(machine=machine, compute={precision: compute}, slowdown=slowdown, ring=ring,
                            wake=wake, wake_growth=growth, wake_phase=phase, handoff=handoff, send_issue=issue,
+                           late_recv=late,
                            worker_server=worker_server, wake_short=short_wake,
                            resume=resume,
                            resume_after_recv=resume_after_recv, resume_unit=unit_alone, between_ops=between,

@@ -317,35 +317,6 @@ def _handoff(comm: CountingComm, tensor: torch.Tensor, rank: int, world: int) ->
     return held
 
 
-def relay_worker(ctx, laps: int) -> dict:
-    """A pipeline's turn-taking: a token relayed round the ranks (receive from the rank behind, compute,
-    ``isend`` on), one rank computing at a time. Each rank computes the unit right after its receive,
-    then once more: {"after": [s], "again": [s]}; their difference is what a compute right after a
-    blocking receive pays, measured where ``pattern_worker``'s all-at-once compute (every rank sharing the
-    cores, a slowdown several times larger than the effect at 4 and 8 ranks) cannot see it."""
-    comm, rank, n = CountingComm(ctx.rank), ctx.rank, ctx.world
-    unit, token = _unit_burst(), torch.zeros(1024)
-    after, again = [], []
-    for _ in range(3):
-        unit()
-    dist.barrier()
-    for lap in range(laps + 2):
-        if rank or lap:
-            comm.recv(token, (rank - 1) % n)
-        began = time.perf_counter()
-        unit()
-        middle = time.perf_counter()
-        unit()
-        if lap >= 2:  # the first laps warm the connections up
-            after.append(middle - began)
-            again.append(time.perf_counter() - middle)
-        comm.isend(token, (rank + 1) % n).wait()
-    if rank == 0:
-        comm.recv(token, n - 1)
-    dist.barrier()
-    return {"after": after, "again": again}
-
-
 def _unit_burst():
     """The compute of ``pattern_worker``: a tiny-deep layer's forward and backward at micro-batch 2
     (what a step computes per unit; a short no-grad forward alone reads a larger slowdown, 1.7x

@@ -141,6 +141,9 @@ class HardwareProfile:
     handoff: dict[str, float] = field(default_factory=dict)  # world -> seconds a pipeline send after computing pays
     # world -> seconds a pipeline send's isend holds its sender right after computing (pattern_worker's handoffs)
     send_issue: dict[str, float] = field(default_factory=dict)
+    # world -> seconds a pipeline receive posted after its send takes beyond its bytes (late_worker: gloo moves
+    # a message once both ends posted it); empty in older profiles: a receive waits for the data alone
+    late_recv: dict[str, float] = field(default_factory=dict)
     # world -> [wake s, latency s per leg, bytes/s per leg] of the executor's Worker-Server all-reduce in the
     # step's pattern (pattern_worker's psreduce); empty in older profiles: its legs priced from the ring's step
     worker_server: dict[str, list[float]] = field(default_factory=dict)
@@ -289,6 +292,7 @@ class HardwareProfile:
         topology.step_latency_by_ranks = {int(k): float(v[0]) for k, v in self.ring.items()}
         topology.handoff_by_ranks = {int(k): float(v) for k, v in self.handoff.items()} or None
         topology.send_issue_by_ranks = {int(k): float(v) for k, v in self.send_issue.items()} or None
+        topology.late_recv_by_ranks = {int(k): float(v) for k, v in self.late_recv.items()} or None
         if self.wake_short:
             topology.wake_short = tuple(float(x) for x in self._nearest(self.wake_short, world))
         if self.worker_server:

@@ -139,6 +139,10 @@ def _save_and_show(profile, args, precision: str, what: str = "") -> int:
             short = f"+{units.human_time(paid)} after {units.human_time(compute)}"
             print(f"  {world:>5}   {short:>32}   {'+' + units.human_time(wake):>50}   {units.human_time(leg):>16}"
                   f"   {units.human_rate(rate):>13}")
+    if profile.late_recv:  # measured since the fifteenth stop
+        print("  ranks   pipeline receive posted after its send (beyond its bytes; gloo's rendezvous)")
+        for world in sorted(int(k) for k in profile.late_recv):
+            print(f"  {world:>5}   {units.human_time(profile.late_recv[str(world)]):>20}")
     return 0
 
 

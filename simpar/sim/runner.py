@@ -154,7 +154,7 @@ class Simulator:
         if isinstance(op, Send):
             return self._send(prog, op, self.costs.wakes(pi, op))
         if isinstance(op, Recv):
-            return self._arrival(op.tag)
+            return self._receive(prog, op)
         if isinstance(op, Copy):
             return self._copy(prog, op)
         raise TypeError(f"unknown op {op!r}")
@@ -202,6 +202,20 @@ class Simulator:
         arrival = self._arrival(op.tag)
         event.callbacks.append(lambda _: arrival.succeed())
         return event
+
+    def _receive(self, prog, op: Recv):
+        """A receive waits for its data to land; one posted after its send was issued waits at least the
+        topology's ``late_recv`` and its bytes from its posting: gloo moves a message only once both ends
+        have posted it, so the data the simulator had sent ahead leaves when the receive is posted."""
+        arrival = self._arrival(op.tag)
+        if self.cores is None or op.tag not in self.send_issued:
+            return arrival
+        late = self.topology.late_recv(min(self.plan.grid.world, self.cores.computing() + 2 * len(prog.ranks)))
+        if not late:
+            return arrival
+        rank = prog.ranks[0]
+        src, dst = self.topology.gpus[self.plan.grid.peer(rank, op.peer)], self.topology.gpus[rank]
+        return self.env.all_of([arrival, self.env.timeout(late + op.nbytes / self.topology.bottleneck(src, dst))])
 
     def _arrival(self, tag: str) -> simpy.Event:
         if tag not in self._arrivals:

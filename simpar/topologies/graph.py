@@ -95,6 +95,11 @@ class Topology:
         # seconds a pipeline send's isend holds its sender (it wakes threads that may take its core), by ranks
         # runnable as the tables above (a calibrated profile's send_issue; None elsewhere: a send is free)
         self.send_issue_by_ranks: dict[int, float] | None = None
+        # seconds a pipeline receive posted after its send was issued takes from its posting, by ranks runnable
+        # as above: gloo moves a message only once both ends have posted it (a rendezvous), so a late receive
+        # waits for the round trip through the sender's gloo thread, which shares a core with its compute (a
+        # calibrated profile's late_recv; None elsewhere: a receive waits for the data to land, no longer)
+        self.late_recv_by_ranks: dict[int, float] | None = None
         # the executor's Worker-Server all-reduce as measured in the step's pattern (a calibrated profile's
         # worker_server): its wake after computing, in place of wake_latency, and (seconds, bytes/s) of each
         # one-way leg as the server takes them in turn; None: its legs priced through the links as a ring's step
@@ -213,11 +218,12 @@ class Topology:
 
     def send_issue(self, runnable: int) -> float:
         """Seconds a pipeline send holds its sender while ``runnable`` ranks compute or call (0 without the table)."""
-        table = self.send_issue_by_ranks
-        if not table:
-            return 0.0
-        keys = sorted(table)
-        return float(np.interp(runnable, keys, [table[k] for k in keys]))
+        return _by_ranks(self.send_issue_by_ranks, runnable)
+
+    def late_recv(self, runnable: int) -> float:
+        """Seconds a pipeline receive posted after its send takes while ``runnable`` ranks compute or call
+        (0 without the table: it waits for the data alone)."""
+        return _by_ranks(self.late_recv_by_ranks, runnable)
 
     @property
     def capacities(self) -> np.ndarray:
@@ -306,3 +312,11 @@ class Topology:
                     index[a].setdefault(node["machine"], []).append((b, data["cost"], node["affinity"]))
             self._adjacency_index = index
         return self._adjacency_index
+
+
+def _by_ranks(table: dict[int, float] | None, runnable: int) -> float:
+    """A table measured by world size read at ``runnable`` ranks (interpolated, held at the ends; 0 without one)."""
+    if not table:
+        return 0.0
+    keys = sorted(table)
+    return float(np.interp(runnable, keys, [table[k] for k in keys]))

@@ -169,9 +169,10 @@ def test_a_table_one_profile_lacks_is_averaged_over_the_profiles_that_have_it():
     newer one's table is kept, not refused (validate --calibrate-after beside an old cached profile)."""
     older, newer = _profile(1.0), _profile(3.0)
     newer.send_issue = {"2": 1e-3, "4": 2e-3}
+    newer.late_recv = {"2": 1.2e-3}
     newer.worker_server = {"2": [1e-3, 2e-4, 4e9]}
     averaged = average_profiles([older, newer], ["older.json", "newer.json"])
-    assert averaged.send_issue == {"2": 1e-3, "4": 2e-3}
+    assert averaged.send_issue == {"2": 1e-3, "4": 2e-3} and averaged.late_recv == {"2": 1.2e-3}
     assert averaged.worker_server == {"2": pytest.approx([1e-3, 2e-4, 4e9])}
     newest = _profile(1.0)
     newest.worker_server = {"2": [3e-3, 4e-4, 1e9]}  # seconds by their mean, a leg's rate as seconds per byte

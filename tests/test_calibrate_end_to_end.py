@@ -19,6 +19,8 @@ def test_calibrate_then_validate_end_to_end(tmp_path, cli):
     assert all(v >= 0 for v in (data["wake"]["2"], data["resume"]["2"], *data["ring"]["2"]))
     assert set(data["handoff"]) == {"2"} and data["handoff"]["2"] >= 0
     assert set(data["send_issue"]) == {"2"} and data["send_issue"]["2"] > 0  # an isend takes some time
+    assert set(data["late_recv"]) == {"2"} and data["late_recv"]["2"] >= 0
+    assert set(data["samples"]["shared"]["2"]["late"]) == {"4096", "65536"}  # a late receive by message size
     assert set(data["resume_unit"]) == {"2"} and data["resume_unit"]["2"] > 0  # the unit's time alone
     assert len(data["samples"]["shared"]["2"]["pattern"]) == 24  # 4 ops x 3 sizes x (1 call, 4 in a row)
     assert set(data["worker_server"]) == {"2"} and all(v >= 0 for v in data["worker_server"]["2"])

@@ -161,3 +161,71 @@ def _whole(profile):
     from dataclasses import replace
 
     return replace(profile, wake_short={})
+
+
+def _late_profile(late: dict[str, float] | None):
+    profile = _profile()
+    profile.late_recv = late or {}
+    return profile
+
+
+def test_a_pipeline_receive_posted_after_its_send_waits_for_gloos_rendezvous():
+    """gloo moves a message once both ends have posted it: a receive posted after its send (the data,
+    in the simulator, sent ahead) lasts at least the calibrated ``late_recv`` and its bytes from its
+    posting; one posted before its send waits for the data alone, as without the table. 1F1B on 2 stages
+    meets both orders; the step grows by no more than the late receives' cost."""
+    from simpar.plan import Recv
+    from simpar.strategies import build_plan
+
+    scenario = make_scenario(model("tiny-deep"), "pp", 2, micro_batch=2, microbatches=4, precision="fp32",
+                             topology="cpu-host")
+    plan = build_plan(scenario)
+    late = 2e-3
+    profile = _late_profile({"2": late})
+    topology = profile.topology(2, "fp32")
+    bandwidth = topology.bottleneck(topology.gpus[0], topology.gpus[1])
+    waited, plain = (simulate(scenario, topology=p.topology(2, "fp32"), serial=True) for p in (profile, _profile()))
+
+    def receives(result):
+        """[(recv op, start, end, its send's start)] of a run."""
+        sends = {program.ops[e["op"]].tag: e["start"] for timeline, program in zip(result.op_timeline, plan.programs)
+                 for e in timeline["ops"] if isinstance(program.ops[e["op"]], Send)}
+        return [(program.ops[e["op"]], e["start"], e["end"], sends[program.ops[e["op"]].tag])
+                for timeline, program in zip(result.op_timeline, plan.programs) for e in timeline["ops"]
+                if isinstance(program.ops[e["op"]], Recv)]
+
+    # without the table a receive ends when its data lands, a fixed time after its send (2 ranks: one price)
+    landing = {round(end - sent, 12) for _, start, end, sent in receives(plain) if end > start}
+    assert len(landing) == 1
+    kinds = {"late": 0, "early": 0}
+    for op, start, end, sent in receives(waited):
+        if sent <= start:  # its send went first
+            kinds["late"] += 1
+            assert end - start >= late + op.nbytes / bandwidth - 1e-12
+        else:
+            kinds["early"] += 1
+            assert end - sent == pytest.approx(next(iter(landing)))
+    assert kinds["late"] and kinds["early"]
+    # the step grows by about the late receives on its critical path (all three here; 1 % for the cores'
+    # sharing, whose slowdown shifts with who waits when)
+    assert plain.step_time_s + late <= waited.step_time_s <= plain.step_time_s + 1.01 * kinds["late"] * (
+        late + 16384 / bandwidth)
+    assert simulate(scenario, topology=_late_profile(None).topology(2, "fp32"), serial=True).step_time_s == \
+        plain.step_time_s
+
+
+def test_the_late_receive_is_read_at_the_ranks_runnable_and_fitted_beyond_its_bytes():
+    """The table by world size is read like the send's (interpolated by the ranks runnable, held at the
+    ends); the calibration's figure is each size's mean receive (the tail included) less its bytes at the
+    ring's bandwidth, averaged over the sizes."""
+    from simpar.calibrate.pipeline_bench import late_recv_cost
+
+    topology = _late_profile({"2": 1e-3, "4": 5e-3}).topology(4, "fp32")
+    assert [topology.late_recv(k) for k in (1, 2, 3, 4, 8)] == pytest.approx([1e-3, 1e-3, 3e-3, 5e-3, 5e-3])
+    assert _profile().topology(2, "fp32").late_recv(2) == 0.0
+    ranks = [{"4096": [0.2e-3, 4.0e-3], "65536": [0.3e-3]}, {"4096": [0.3e-3], "65536": [4.1e-3, 0.2e-3]}]
+    rate = 65536 / 1e-4  # 64 KiB in 0.1 ms
+    expected = ((4.5e-3 / 3 - 4096 / rate) + (4.6e-3 / 3 - 1e-4)) / 2
+    assert late_recv_cost(ranks, rate) == pytest.approx(expected)
+    assert late_recv_cost([{"4096": [1e-6]}], 1e3) == 0.0  # never below nothing
+    assert late_recv_cost([], rate) == 0.0

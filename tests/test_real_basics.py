@@ -129,10 +129,10 @@ def test_executor_refuses_what_it_cannot_perform_yet(strategy, kw, flag):
         check_supported(make_scenario(model("tiny"), strategy, 2, **kw))
 
 
-def test_the_measured_step_time_is_the_mean_of_the_slowest_rank_after_the_first_step():
+def test_the_measured_step_time_is_the_slowest_ranks_mean_after_the_first_step():
     from simpar.real.compare import measured_step_time
 
-    # per step the slowest rank counts; the first step (warm-up) is left out; a stalled step counts in full
+    # each rank's mean step, the first (warm-up) left out, a stalled step counted in full; the slowest rank's
     ranks = [[0.500, 0.010, 0.030, 0.011], [0.100, 0.012, 0.020, 0.013]]
-    assert measured_step_time(ranks) == pytest.approx((0.012 + 0.030 + 0.013) / 3)
+    assert measured_step_time(ranks) == pytest.approx((0.010 + 0.030 + 0.011) / 3)
     assert measured_step_time([[0.5], [0.7]]) == pytest.approx(0.7)  # one step: it is all there is

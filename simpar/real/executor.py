@@ -117,7 +117,8 @@ class RankExecutor:
         self.recorder.sample(held)
 
     def step(self, step: int) -> float:
-        """One training step. Memory is sampled (after every op, and autograd's saved tensors seen
+        """One training step; returns this rank's share of its loss (``mean_losses`` sums the shares
+        once the steps are done). Memory is sampled (after every op, and autograd's saved tensors seen
         through hooks) during the first step only: every step holds the same, and the sampling would
         cost more than a tiny model's ops, so later steps, whose times are reported, run without it."""
         self.instrumented = step == 0
@@ -173,7 +174,7 @@ class RankExecutor:
         self.recorder.end_step()
         if isinstance(self.model, TensorParallelModel):
             loss_total, self.model.loss_total = self.model.loss_total, 0.0
-        return self._mean_loss(loss_total)
+        return loss_total
 
     def _forward(self, op: Compute, half: int, ids, targets, inputs: dict, outputs: dict) -> float:
         """Forward of one unit (TP: one piece of it) on one micro-batch; returns its share of the loss."""
@@ -248,10 +249,15 @@ class RankExecutor:
         for p, piece in zip(params, torch.split(total, [p.numel() for p in params])):
             p.grad.copy_(piece.view_as(p.grad))
 
-    def _mean_loss(self, local: float) -> float:
-        total = torch.tensor([local], device=self.device)
-        torch.distributed.all_reduce(total)  # reporting only: not counted as the Plan's traffic
-        return float(total) / (self.plan.grid.dp * self.plan.grid.tp)  # every TP rank holds the loss
+    def mean_losses(self, local: list[float]) -> list[float]:
+        """Each step's loss from every rank's share, in one all-reduce after the last step (reporting only:
+        not the Plan's traffic). Summed after each step, it was a collective the Plan does not have inside
+        the timed loop: it set the ranks off into the next step a wake-up apart (at 2 ranks up to a 4 ms
+        tick), and in pp the first stage's first send after it landed 1.1 ms after its isend on average
+        against 0.2-0.5 ms for the step's other sends (docs/calibration.md)."""
+        total = torch.tensor(local, dtype=torch.float64, device=self.device)
+        torch.distributed.all_reduce(total)
+        return [float(t) / (self.plan.grid.dp * self.plan.grid.tp) for t in total]  # every TP rank holds the loss
 
     def _p2p(self, op, inputs: dict, outputs: dict, grad_out: dict) -> None:
         """Activations forward and their gradients back between pipeline stages."""
@@ -317,10 +323,11 @@ def run_rank(ctx, scenario: Scenario, steps: int, seed: int, collectives: str = 
 
 
 def _train(ctx, executor: RankExecutor, steps: int) -> dict:
-    losses = []
+    shares = []
     for step in range(steps):
-        losses.append(executor.step(step))
+        shares.append(executor.step(step))
         ctx.step_done()
+    losses = executor.mean_losses(shares)
     states = executor.states
     if states.params_sharded:  # parameters stay sharded after the step: gather
         final = CountingComm(ctx.rank)  # them to report, outside the counted traffic

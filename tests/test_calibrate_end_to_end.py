@@ -26,6 +26,7 @@ def test_calibrate_then_validate_end_to_end(tmp_path, cli):
     assert set(data["worker_server"]) == {"2"} and all(v >= 0 for v in data["worker_server"]["2"])
     assert set(data["wake_short"]) == {"2"} and data["wake_short"]["2"][0] > 0 <= data["wake_short"]["2"][1]
     assert min(data["sharded_work"]["fp32"]["gather"]) >= 0 < sum(data["sharded_work"]["fp32"]["gather"])
+    assert min(data["sharded_work"]["fp32"]["scatter"]) >= 0 < sum(data["sharded_work"]["fp32"]["scatter"])
     for phase in ("fwd", "bwd"):  # overheads per unit kind (never negative) and a FLOP rate
         fit = data["compute"]["fp32"][phase]
         assert len(fit) == 4 and all(math.isfinite(v) and v >= 0 for v in fit) and fit[-1] > 0

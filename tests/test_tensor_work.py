@@ -136,3 +136,32 @@ def test_the_fast_path_prices_the_gather_handling_as_the_full_simulation():
     scenario = _scenario("zero1")  # (ZeRO-2 allocates on several streams at once: no fast path)
     full = simulate(scenario, topology=topology).step_time_s
     assert simulate(scenario, topology=topology, fast=True).step_time_s == pytest.approx(full, rel=1e-9)
+
+
+def test_zero_2_and_3_reduce_scatters_drop_the_gradients_and_pay_the_scatter_fit_where_measured():
+    """ZeRO-2 and 3 keep only their reduced shard: around the reduce-scatter the executor concatenates the
+    gradients and drops each (``sharded_work["scatter"]``), where ZeRO-1 re-points every gradient into the
+    result as the all-reduce does (its handling unchanged); a profile without the fit prices it as before."""
+    spec, scatter = model("tiny-deep"), [2e-6, 0.8e-9]
+    dropped = scatter[0] * 133 + scatter[1] * spec.params
+    profile = _profile(tensor_work={"fp32": [PER_TENSOR, PER_ELEMENT]}, sharded_work={"fp32": {"scatter": scatter}})
+    plain = _profile(tensor_work={"fp32": [PER_TENSOR, PER_ELEMENT]})
+    seen = set()
+    for strategy in ("zero1", "zero2", "zero3", "ddp"):
+        scenario = _scenario(strategy)
+        plan = build_plan(scenario)
+        costs, before = (OpCosts(plan, scenario, p.topology(2, "fp32")) for p in (profile, plain))
+        for op in (op for op in plan.programs[0].ops if isinstance(op, Collective)):
+            drops = strategy in ("zero2", "zero3") and op.op == "reducescatter"
+            seen.add((strategy, drops))
+            if drops and strategy == "zero2":  # one reduce-scatter of every unit's gradients
+                assert costs.handling(op) == pytest.approx(dropped)
+            elif drops:  # ZeRO-3: a module's gradients at a time, at the scatter's rates
+                assert costs.handling(op) < before.handling(op)
+            else:
+                assert costs.handling(op) == pytest.approx(before.handling(op)), (strategy, op.op)
+    assert {("zero2", True), ("zero3", True), ("zero1", False)} <= seen
+    rows = [{"model": name, "batch": b, "tensors": tensors, "params": params, "reduce_s": 1.0,
+             "scatter_s": scatter[0] * tensors + scatter[1] * params}
+            for name, tensors, params in (("tiny", 36, 118_528), ("small", 68, 932_608)) for b in (1, 2)]
+    assert calibrate.fit_sharded_work(rows) == {"scatter": pytest.approx(scatter)}

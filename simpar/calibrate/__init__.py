@@ -88,7 +88,8 @@ def average_passes(passes: list[list[dict]]) -> list[dict]:
     rows = []
     for same in zip(*passes):
         row = dict(same[0])
-        for phase in [p for p in ("fwd_s", "bwd_s", "between_ops_s", "step_s", "reduce_s", "gather_s")
+        for phase in [p for p in ("fwd_s", "bwd_s", "between_ops_s", "step_s", "reduce_s", "gather_s",
+                                                "scatter_s")
                       if p in row]:
             row[f"passes_{phase}"] = [r[phase] for r in same]
             row[phase] = statistics.fmean(row[f"passes_{phase}"])
@@ -229,10 +230,12 @@ def fit_tensor_work(alone: list[dict], key: str = "reduce_s") -> list[float]:
 
 
 def fit_sharded_work(alone: list[dict]) -> dict[str, list[float]]:
-    """{"gather": ...} as ``fit_tensor_work`` for ZeRO-1/2's all-gather of parameters held whole (a copy
-    out of the gathered buffer into each: ``handling.time_gather``); {} for rows from before it was timed."""
-    gather = fit_tensor_work(alone, "gather_s")
-    return {"gather": gather} if gather else {}
+    """{"gather": ..., "scatter": ...} as ``fit_tensor_work`` for ZeRO-1/2's all-gather of parameters held
+    whole (a copy out of the gathered buffer into each: ``handling.time_gather``) and ZeRO-2's handling of
+    its gradients around the reduce-scatter (concatenated, then dropped: ``handling.time_scatter``); a kind
+    is left out for rows from before it was timed."""
+    fits = {kind: fit_tensor_work(alone, f"{kind}_s") for kind in ("gather", "scatter")}
+    return {kind: fit for kind, fit in fits.items() if fit}
 
 
 def fit_optimizer_step(alone: list[dict]) -> list[float]:

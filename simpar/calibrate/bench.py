@@ -57,7 +57,7 @@ def compute_worker(ctx, models: list[str], batches: list[int], precision: str, r
     data-parallel collective (``tensors`` parameter tensors concatenated into one buffer, scaled, and
     each gradient re-pointed into it); ``gather_s`` what ZeRO-1/2's all-gather does instead, timed
     right after each step (``handling.time_gather``)."""
-    from simpar.calibrate.handling import between_ops, time_gather
+    from simpar.calibrate.handling import between_ops, time_gather, time_scatter
     from simpar.real.executor import RankExecutor
 
     rows = []
@@ -72,6 +72,7 @@ def compute_worker(ctx, models: list[str], batches: list[int], precision: str, r
             stepped: list[float] = []  # the optimizer step op, as the step meets it (its caches cold)
             handled: list[float] = []  # the gradients' all-reduce op: on one rank, flattening and re-pointing
             gathered: list[float] = []  # ZeRO-1/2's all-gather: the parameters copied out of a buffer
+            scattered: list[float] = []  # ZeRO-2's reduce-scatter: the gradients concatenated, then dropped
             try:
                 for step in range(repeats + 2):
                     executor.step(step)
@@ -79,6 +80,7 @@ def compute_worker(ctx, models: list[str], batches: list[int], precision: str, r
                         recorder = executor.recorder
                         between.append(between_ops(recorder.step_times[-1], recorder.timeline, len(ops)))
                         gathered.append(time_gather(executor.states))  # where ZeRO's comes: after the step
+                        scattered.append(time_scatter(executor.states))
                     for entry in executor.recorder.timeline if step >= 2 else ():
                         op = ops[entry["op"]]
                         if getattr(op, "phase", None) in ("fwd", "bwd"):
@@ -99,7 +101,7 @@ def compute_worker(ctx, models: list[str], batches: list[int], precision: str, r
                              "bwd_s": statistics.fmean(seconds[(kind, "bwd")]),
                              "between_ops_s": statistics.fmean(between), "params": spec.params,
                              "step_s": statistics.fmean(stepped), "reduce_s": statistics.fmean(handled),
-                             "gather_s": statistics.fmean(gathered),
+                             "gather_s": statistics.fmean(gathered), "scatter_s": statistics.fmean(scattered),
                              "tensors": sum(spec.unit_tensors(spec.unit_kind(u)) for u in range(work.num_units))})
     return rows
 

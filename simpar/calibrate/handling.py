@@ -7,7 +7,9 @@ buffer into each parameter (``ModelStates.gathered``). Priced as the all-reduce,
 2.8 ms where the copy takes 1.6 ms (one rank, 2026-11-25), at every world size, twice a step for ZeRO-1
 and 2 (docs/calibration.md). One rank skips the all-gather op (its shard is the whole), so the copy is
 timed here directly, with the executor's own code, right after each of its steps. So is the executor's
-own work between ops (``between_ops``), read off the same one-rank steps.
+own work between ops (``between_ops``), read off the same one-rank steps, and ZeRO-2's handling of its
+gradients around the reduce-scatter (``time_scatter``): it keeps its chunk alone and drops each gradient,
+where ZeRO-1 re-points every gradient into the reduced buffer as the all-reduce does.
 """
 
 from __future__ import annotations
@@ -23,6 +25,28 @@ def time_gather(states) -> float:
     began = time.perf_counter()
     states.unflatten(units, flat, "data")
     return time.perf_counter() - began
+
+
+def time_scatter(states) -> float:
+    """Seconds ZeRO-2's handling of its gradients around a reduce-scatter takes on ``states`` (a one-rank
+    ModelStates): the gradients concatenated into one buffer (``ModelStates.flat``), the rank's chunk
+    scaled and kept, and each gradient dropped (``ModelStates.reduced`` with sharded gradients), where
+    the all-reduce's handling re-points every gradient into the result instead (``reduce_s``). Each
+    parameter is first given a gradient, untimed (the step has just dropped them)."""
+    import torch
+
+    units = tuple(states.held)
+    params = [p for u in units for p in states.unit_params[u]]
+    for p in params:
+        p.grad = torch.zeros_like(p)
+    began = time.perf_counter()
+    flat = states.flat(units, "grad")
+    kept = 0 + flat / 1  # one rank: its chunk is the whole buffer, scaled and kept as the shard
+    for p in params:
+        p.grad = None
+    seconds = time.perf_counter() - began
+    del kept
+    return seconds
 
 
 def between_ops(step_seconds: float, timeline: list[dict], ops: int) -> float:

@@ -27,7 +27,7 @@ class OpCosts:
         self.kernel_pricer = KernelPricer(scenario, gpu) if gpu.kernels is not None else None
         self._machines = self._machine_nodes()
         self._shares: dict = {}  # (unit kind, phase, part) -> share of the unit's calibrated overhead
-        self._sharded: bool | None = None  # whether ranks keep less than their whole model's parameters
+        self._sharded: dict[str, bool] = {}  # category -> whether ranks keep less than their whole model's
         turns = (topology.wake_latency or topology.wake_growth or topology.wake_short or topology.resume_latency
                  or topology.handoff_latency
                  or topology.resume_after_recv_latency or topology.between_ops)
@@ -102,22 +102,26 @@ class OpCosts:
     def _handling_kind(self, op: Collective) -> str:
         """Which of the executor's ways of handling its data a collective takes: "gather", an all-gather of
         whole units' parameters that its ranks hold whole (ZeRO-1 and 2: the gathered buffer copied into
-        each, nothing concatenated); "" the all-reduce's (ZeRO-3's by module included)."""
-        if op.op == "allgather" and op.payload == "params" and not op.modules and not self._params_sharded():
+        each, nothing concatenated); "scatter", a reduce-scatter of gradients its ranks keep only as the
+        reduced shard (ZeRO-2 and 3: concatenated, then each dropped, nothing re-pointed); "" the
+        all-reduce's (ZeRO-1's reduce-scatter, which re-points every gradient into the result, included)."""
+        if op.op == "allgather" and op.payload == "params" and not op.modules and not self._kept_sharded("params"):
             return "gather"
+        if op.op == "reducescatter" and op.payload == "grads" and self._kept_sharded("grads"):
+            return "scatter"
         return ""
 
-    def _params_sharded(self) -> bool:
-        """Whether a rank keeps less than its whole model's parameters on the device for the step (as the
-        executor tells: real/states.py), from the first program's allocations."""
-        if self._sharded is None:
+    def _kept_sharded(self, category: str) -> bool:
+        """Whether a rank keeps less than its whole model's ``category`` (params, grads) on the device for the
+        step (as the executor tells: real/states.py), from the first program's allocations."""
+        if category not in self._sharded:
             from simpar.strategies.work import Work
 
             prog = self.plan.programs[0]
             units = {op.unit for op in prog.ops if isinstance(op, Compute) and op.unit >= 0}
             whole = self.scenario.train.weight_bytes * Work(self.scenario).params(units)
-            self._sharded = prog.kept_bytes("params") < whole
-        return self._sharded
+            self._sharded[category] = prog.kept_bytes(category) < whole
+        return self._sharded[category]
 
     def wakes(self, pi: int, op) -> bool:
         return (pi, op.id) in self.after_compute

@@ -47,10 +47,14 @@ def main(argv: list[str] | None = None) -> int:
         mine = run_rank(ctx, scenario, steps, seed, collectives)
         gathered = [None] * world if rank == 0 else None
         dist.gather_object(mine, gathered, dst=0)
+        code = 0
         if rank == 0:
-            return report(args, scenario, real_json(scenario, gathered, steps, collectives), backend,
-                          notes)
-        return 0
+            code = report(args, scenario, real_json(scenario, gathered, steps, collectives), backend, notes)
+        # every rank tears the group down together, once rank 0 has reported: on a loaded 2-core machine a
+        # rank that left while rank 0 still simulated and printed aborted at exit ("terminate called without
+        # an active exception", SIGABRT), and torchrun called the finished run failed
+        dist.barrier()
+        return code
     finally:
         dist.destroy_process_group()
 

@@ -27,7 +27,7 @@ class OpCosts:
         self.kernel_pricer = KernelPricer(scenario, gpu) if gpu.kernels is not None else None
         self._machines = self._machine_nodes()
         self._shares: dict = {}  # (unit kind, phase, part) -> share of the unit's calibrated overhead
-        self._sharded: dict[str, bool] = {}  # category -> whether ranks keep less than their whole model's
+        self._sharded: dict[str, bool] = {}  # params, grads -> whether ranks keep less than the whole model's
         turns = (topology.wake_latency or topology.wake_growth or topology.wake_short or topology.resume_latency
                  or topology.handoff_latency
                  or topology.resume_after_recv_latency or topology.between_ops)

@@ -88,9 +88,8 @@ def average_passes(passes: list[list[dict]]) -> list[dict]:
     rows = []
     for same in zip(*passes):
         row = dict(same[0])
-        for phase in [p for p in ("fwd_s", "bwd_s", "between_ops_s", "step_s", "reduce_s", "gather_s",
-                                                "scatter_s")
-                      if p in row]:
+        timed = ("fwd_s", "bwd_s", "between_ops_s", "step_s", "reduce_s", "gather_s", "scatter_s")
+        for phase in [p for p in timed if p in row]:
             row[f"passes_{phase}"] = [r[phase] for r in same]
             row[phase] = statistics.fmean(row[f"passes_{phase}"])
         rows.append(row)

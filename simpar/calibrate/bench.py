@@ -55,8 +55,8 @@ def compute_worker(ctx, models: list[str], batches: list[int], precision: str, r
     tensor again and again (``host_worker``) took 0.33 ms. So is its gradients' all-reduce op, which on
     one rank communicates nothing: ``reduce_s`` is the executor's own handling of the data around any
     data-parallel collective (``tensors`` parameter tensors concatenated into one buffer, scaled, and
-    each gradient re-pointed into it); ``gather_s`` what ZeRO-1/2's all-gather does instead, timed
-    right after each step (``handling.time_gather``)."""
+    each gradient re-pointed into it); ``gather_s`` what ZeRO-1/2's all-gather does instead and
+    ``scatter_s`` what ZeRO-2's reduce-scatter does, timed right after each step (``handling``)."""
     from simpar.calibrate.handling import between_ops, time_gather, time_scatter
     from simpar.real.executor import RankExecutor
 

@@ -196,7 +196,7 @@ class Simulator:
         self.send_issued[op.tag] = self.env.now
         runnable = None
         if self.cores is not None:  # the ranks computing now, and each pair of this send
-            runnable = min(self.plan.grid.world, self.cores.computing() + 2 * len(prog.ranks))
+            runnable = self._runnable(prog)
             self._held[op.tag] = self.topology.send_issue(runnable)
         event = point_to_point(self.network, transfers, f"{op.tag} ", wakes, runnable)
         arrival = self._arrival(op.tag)
@@ -210,12 +210,16 @@ class Simulator:
         arrival = self._arrival(op.tag)
         if self.cores is None or op.tag not in self.send_issued:
             return arrival
-        late = self.topology.late_recv(min(self.plan.grid.world, self.cores.computing() + 2 * len(prog.ranks)))
+        late = self.topology.late_recv(self._runnable(prog))
         if not late:
             return arrival
         rank = prog.ranks[0]
         src, dst = self.topology.gpus[self.plan.grid.peer(rank, op.peer)], self.topology.gpus[rank]
         return self.env.all_of([arrival, self.env.timeout(late + op.nbytes / self.topology.bottleneck(src, dst))])
+
+    def _runnable(self, prog) -> int:
+        """Ranks sharing the cores now for a pipeline message of ``prog``: those computing, and each pair of it."""
+        return min(self.plan.grid.world, self.cores.computing() + 2 * len(prog.ranks))
 
     def _arrival(self, tag: str) -> simpy.Event:
         if tag not in self._arrivals:

@@ -208,13 +208,8 @@ class Topology:
         the tables measured by world size (interpolated, held at the ends); None without the tables."""
         if not self.step_latency_by_ranks:
             return None
-
-        def at(table: dict[int, float]) -> float:
-            keys = sorted(table)
-            return float(np.interp(runnable, keys, [table[k] for k in keys]))
-
-        wake = at(self.handoff_by_ranks) if self.handoff_by_ranks else self.handoff_latency
-        return wake, at(self.step_latency_by_ranks)
+        wake = _by_ranks(self.handoff_by_ranks, runnable) if self.handoff_by_ranks else self.handoff_latency
+        return wake, _by_ranks(self.step_latency_by_ranks, runnable)
 
     def send_issue(self, runnable: int) -> float:
         """Seconds a pipeline send holds its sender while ``runnable`` ranks compute or call (0 without the table)."""

@@ -180,6 +180,17 @@ def test_a_table_one_profile_lacks_is_averaged_over_the_profiles_that_have_it():
     assert averaged.ring["2"] == pytest.approx([2e-3, 1e9])  # the others as before
 
 
+def test_wake_curves_average_point_by_point():
+    """Two calibrations' wake curves (the same loops: as many points): the compute before each call and
+    its extra, each the mean of the two, by world size."""
+    first, second = _profile(1.0), _profile(3.0)
+    first.wake_curve = {"2": [[1e-3, 8e-3, 24e-3], [0.0, 1e-3, 2e-3]]}
+    second.wake_curve = {"2": [[3e-3, 10e-3, 30e-3], [0.0, 2e-3, 2e-3]]}
+    averaged = average_profiles([first, second], ["a", "b"])
+    assert averaged.wake_curve["2"] == [pytest.approx([2e-3, 9e-3, 27e-3]), pytest.approx([0.0, 1.5e-3, 2e-3])]
+    assert average_profiles([first, _profile(2.0)], ["a", "c"]).wake_curve == first.wake_curve  # one has none
+
+
 def test_validate_calibrates_after_every_round_unless_told_otherwise(monkeypatch, tmp_path):
     """A CPU profile: calibrations among the runs by default ('rounds'), once at the end with the bare flag,
     none with 'none'; a GPU profile cannot be recalibrated here: none by default, an error when asked."""

@@ -24,6 +24,9 @@ def test_calibrate_then_validate_end_to_end(tmp_path, cli):
     assert set(data["resume_unit"]) == {"2"} and data["resume_unit"]["2"] > 0  # the unit's time alone
     assert len(data["samples"]["shared"]["2"]["pattern"]) == 24  # 4 ops x 3 sizes x (1 call, 4 in a row)
     assert set(data["worker_server"]) == {"2"} and all(v >= 0 for v in data["worker_server"]["2"])
+    phases, extras = data["wake_curve"]["2"]  # the call after each length of compute: longer and longer
+    assert len(phases) == len(extras) == 5 and phases == sorted(phases) and extras[0] == 0.0
+    assert extras == sorted(extras) and not data["wake_growth"]
     assert set(data["wake_short"]) == {"2"} and data["wake_short"]["2"][0] > 0 <= data["wake_short"]["2"][1]
     assert min(data["sharded_work"]["fp32"]["gather"]) >= 0 < sum(data["sharded_work"]["fp32"]["gather"])
     assert min(data["sharded_work"]["fp32"]["scatter"]) >= 0 < sum(data["sharded_work"]["fp32"]["scatter"])

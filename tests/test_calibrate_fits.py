@@ -93,23 +93,26 @@ def test_between_ops_is_the_steps_time_outside_every_timed_op_per_op_of_the_plan
     assert between_ops(7e-3, timeline, 40) == 0.0
 
 
-def test_wake_growth_is_the_calls_extra_per_second_of_compute_between_the_short_and_long_phase():
-    """Two ranks, clock times in ms, [compute start, compute end, call end]: after one unit (3 ms of
-    compute on average) the call takes 10 ms; after eight (33 ms) 16 ms: 6 ms more for 30 ms more
-    compute, 0.2 s per s, beyond the short phase's 3 ms. A call no dearer after the long phase: 0."""
-    from simpar.calibrate import LONG_PHASE, wake_growth
+def test_the_wake_curve_is_each_loops_call_beyond_the_first_loops_never_falling():
+    """Two ranks, clock times in ms, [compute start, compute end, call end], a loop per length of compute:
+    after the shortest (3 ms of compute on average) the call takes 10 ms, the next ones 16, 15 (a dip:
+    noise, held at the point before), 18 and 19 ms: the curve is the compute before each and the call's
+    extra over the first, never falling."""
+    from simpar.calibrate import PHASE_UNITS, wake_curve
     from simpar.calibrate.bench import phase_cost
 
     ms = lambda *t: [x * 1e-3 for x in t]
-    ranks = [{"phases": {"1": [ms(0, 2, 13), ms(20, 22, 33)], str(LONG_PHASE): [ms(40, 72, 89)]}},
-             {"phases": {"1": [ms(0, 4, 13), ms(20, 24, 33)], str(LONG_PHASE): [ms(40, 74, 89)]}}]
+    assert len(PHASE_UNITS) == 5 and PHASE_UNITS[0] == 1
+    calls = [10, 16, 15, 18, 19]
+    ranks = [{"phases": {str(u): [ms(0, 2 + 10 * i, 2 + 10 * i + c)] for i, (u, c) in enumerate(zip(PHASE_UNITS, calls))}},
+             {"phases": {str(u): [ms(0, 4 + 10 * i, 4 + 10 * i + c)] for i, (u, c) in enumerate(zip(PHASE_UNITS, calls))}}]
+    ranks[0]["phases"]["1"].append(ms(20, 22, 33))
+    ranks[1]["phases"]["1"].append(ms(20, 24, 33))
     assert phase_cost([r["phases"]["1"] for r in ranks]) == pytest.approx((3e-3, 10e-3))
-    growth, short, record = wake_growth(ranks)
-    assert growth == pytest.approx(0.2) and short == pytest.approx(3e-3)
-    assert record["call_s"] == pytest.approx([10e-3, 16e-3])
-    for r in ranks:
-        r["phases"][str(LONG_PHASE)] = [ms(40, 73, 80)]  # 7 ms: cheaper after the long phase
-    assert wake_growth(ranks)[0] == 0.0
+    phases, extras, record = wake_curve(ranks)
+    assert phases == pytest.approx([3e-3, 13e-3, 23e-3, 33e-3, 43e-3])
+    assert extras == pytest.approx([0.0, 6e-3, 6e-3, 8e-3, 9e-3])
+    assert record["call_s"] == pytest.approx([10e-3, 16e-3, 15e-3, 18e-3, 19e-3])
 
 
 def test_the_embeddings_backward_is_fitted_an_overhead_and_a_cost_per_element_of_its_table():

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from simpar.calibrate.bench import (LONG_PHASE, PATTERN_OPS, SERIES, burst_worker, compute_worker, host_worker,
+from simpar.calibrate.bench import (PATTERN_OPS, PHASE_UNITS, SERIES, burst_worker, compute_worker, host_worker,
                                    pattern_worker, phase_cost, phase_worker, ring_steps, ring_worker, series_wake)
 from simpar.calibrate.pipeline_bench import late_recv_cost, late_worker, relay_worker
 from simpar.calibrate.profile import HardwareProfile, fit_collective_costs, fit_line, fit_unit_costs, machine_id
@@ -58,15 +58,15 @@ def _both(ctx, precision: str, repeats: int) -> dict:
             "phases": phase_worker(ctx, PHASE_SIZE, PHASE_SECONDS * repeats / 10)}
 
 
-def wake_growth(ranks: list[dict]) -> tuple[float, float, dict]:
-    """(seconds a call's cost grows per second of compute before it, the short phase's compute, the
-    record) from ``phase_worker``'s two loops: the line through (compute, call) after one unit and after
-    ``LONG_PHASE`` units; below zero (no growth, noise) it is 0."""
-    (short, short_call), (long, long_call) = (phase_cost([r["phases"][k] for r in ranks])
-                                              for k in ("1", str(LONG_PHASE)))
-    growth = (long_call - short_call) / (long - short) if long > short else 0.0
-    record = {"phase_s": [short, long], "call_s": [short_call, long_call]}
-    return max(growth, 0.0), short, record
+def wake_curve(ranks: list[dict]) -> tuple[list[float], list[float], dict]:
+    """(the compute before the call after each of ``PHASE_UNITS``' loops of ``phase_worker``, seconds, and
+    what the call costs beyond the call after the first, shortest, loop, the record): the measured curve
+    of how a call's cost grows with the compute before it. Never falling (a longer compute does not bring
+    the ranks closer; a dip is noise): each point at least the one before, the first 0."""
+    points = [phase_cost([r["phases"][str(units)] for r in ranks]) for units in PHASE_UNITS]
+    phases, calls = [p for p, _ in points], [c for _, c in points]
+    extras = list(np.maximum.accumulate([max(c - calls[0], 0.0) for c in calls]))
+    return phases, [float(e) for e in extras], {"phase_s": phases, "call_s": calls}
 
 
 def pattern_rows(ranks: list[dict], world: int, resume: float = 0.0) -> list[dict]:
@@ -107,7 +107,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
     passes = [compute_pass(precision, repeats, timeout)]
     host = launch(host_worker, 1, (OPTIMIZER_PARAMS, repeats), timeout=timeout)[0]
     slowdown, ring, wake, handoff, resume, resume_after_recv, shared = {"1": 1.0}, {}, {}, {}, {}, {}, {}
-    growth, phase, unit_alone, issue, worker_server, short_wake, late = {}, {}, {}, {}, {}, {}, {}
+    curve, phase, unit_alone, issue, worker_server, short_wake, late = {}, {}, {}, {}, {}, {}, {}
     for world in worlds:
         say(f"{world} ranks at once: compute and ring steps")
         ranks = launch(_both, world, (precision, repeats), timeout=timeout)
@@ -149,7 +149,8 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
         # a pipeline receive posted after its send: gloo's rendezvous makes it wait for the sender's thread
         late[str(world)] = late_recv_cost([r["late"] for r in ranks], bandwidth)
         # ... and how much more a call costs after a longer compute (the wait for the slowest rank grows)
-        growth[str(world)], phase[str(world)], phases = wake_growth(ranks)
+        curve_phases, extras, phases = wake_curve(ranks)
+        curve[str(world)], phase[str(world)] = [curve_phases, extras], curve_phases[0]
         # ... and how much less after a short one (a tensor-parallel piece): [its compute, the first call's extra]
         shorts = [r["phases"]["short"] for r in ranks]
         short_wake[str(world)] = [statistics.fmean(m[1] - m[0] for marks in shorts for m in marks),
@@ -176,7 +177,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
     # priced as measured, so a run taken the other way is priced with costs it did not have
     machine = {**machine_id(), "kept_awake": awake.enabled()}
     return HardwareProfile(machine=machine, compute={precision: compute}, slowdown=slowdown, ring=ring,
-                           wake=wake, wake_growth=growth, wake_phase=phase, handoff=handoff, send_issue=issue,
+                           wake=wake, wake_curve=curve, wake_phase=phase, handoff=handoff, send_issue=issue,
                            late_recv=late,
                            worker_server=worker_server, wake_short=short_wake,
                            resume=resume,

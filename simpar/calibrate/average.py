@@ -27,7 +27,7 @@ _RATE_LAST = ("compute",)  # [overhead per unit kind..., FLOP/s]
 _RATE_SECOND = ("ring", "optimizer_step")  # [seconds, rate]
 _RATE_THIRD = ("worker_server",)  # [seconds, seconds, rate]
 _AVERAGED = ("compute", "slowdown", "ring", "optimizer_params_per_s", "copy_bytes_per_s", "wake", "resume",
-             "handoff", "send_issue", "resume_after_recv", "wake_growth", "wake_phase", "between_ops", "resume_unit",
+             "handoff", "send_issue", "resume_after_recv", "wake_growth", "wake_curve", "wake_phase", "between_ops", "resume_unit",
              "optimizer_step", "tensor_work", "embedding_table", "worker_server", "wake_short", "sharded_work",
              "attention_scores", "late_recv")
 
@@ -58,6 +58,8 @@ def _merge(name: str, values: list, where: str, common: bool = False):
         if any(len(v) != len(first) for v in values):
             raise SimparError(f"--average: the profiles differ in the length of {where}")
         last = len(first) - 1
+        if first and isinstance(first[0], list):  # a table of lists (wake_curve's phases and extras): each averaged
+            return [_merge(name, [v[i] for v in values], f"{where}[{i}]", common) for i in range(len(first))]
         return [_mean([v[i] for v in values], (name in _RATE_LAST and i == last) or (name in _RATE_SECOND and i == 1)
                       or (name in _RATE_THIRD and i == 2))
                 for i in range(len(first))]

@@ -230,16 +230,23 @@ def series_wake(series_by_rank: list[list[list[float]]]) -> float:
     return max(statistics.fmean(extra), 0.0) if extra else 0.0
 
 
-LONG_PHASE = 8  # units computed before a call in phase_worker's long loops: a data-parallel step's backward
+# units computed before a call in phase_worker's loops: one (what the wake is measured after) to a whole
+# data-parallel step (tiny-deep's 2-rank DDP step computes about 24 units' worth before its last call)
+PHASE_UNITS = (1, 4, 8, 16, 32)
 SHORT_PHASE = 3e-4  # seconds (alone) of phase_worker's short compute: a tensor-parallel piece's
 
 
-def phase_worker(ctx, size: int, seconds: float = 8.0, repeats: int = 5) -> dict:
-    """How a call's cost grows with the compute before it: ``pattern_worker``'s unit computed once or
-    ``LONG_PHASE`` times in a row, then one all-reduce of ``size`` bytes (the executor's ring), every
-    rank at once; the two loops interleaved round by round against the machine's drift, rounds
-    repeated until ``seconds`` have passed. {"short": [...], "1": [...], "8": [...]}: per repetition [compute start,
-    compute end, call end] on the machine's one monotonic clock (``phase_cost``). With more ranks than
+def phase_worker(ctx, size: int, seconds: float = 8.0, repeats: int = 3) -> dict:
+    """How a call's cost grows with the compute before it: ``pattern_worker``'s unit computed each of
+    ``PHASE_UNITS`` times in a row, then one all-reduce of ``size`` bytes (the executor's ring), every
+    rank at once; the loops interleaved round by round against the machine's drift, rounds repeated
+    until ``seconds`` have passed. {"short": [...], "1": [...], "4": [...], ...}: per repetition [compute
+    start, compute end, call end] on the machine's one monotonic clock (``phase_cost``). The growth is
+    not a straight line: at 2 ranks the call cost 2.5 / 3.4 / 3.6 / 4.5 / 4.7 ms after 1.2 / 4.4 / 8.3 /
+    16 / 24 ms of compute (a line through the first and third points priced the last 6.0 ms), at 4 ranks
+    12.4 / 15.3 / 17.7 / 18.7 / 19.9 ms after 1.8 / 7.4 / 15 / 32 / 50 ms: the ranks' lag behind each other
+    grows like a random walk's, about as the square root of the compute (mean 0.5 / 1.2 / 1.3 / 1.7 / 2.0 ms
+    apart at 2 ranks), hence the several lengths, spanning a step's. With more ranks than
     cores the scheduler hands the cores out in time slices, unevenly, so the ranks leave a long phase
     further apart and the call waits for the slowest: at 4 ranks on 2 cores a DDP step's ranks reached
     its all-reduce 4-17 ms apart, where the first call after one unit's compute paid 2.6 ms more than
@@ -254,14 +261,14 @@ def phase_worker(ctx, size: int, seconds: float = 8.0, repeats: int = 5) -> dict
     comm, group = CountingComm(ctx.rank), list(range(ctx.world))
     unit = _unit_burst()
     flat = torch.zeros(max(size // 4, ctx.world))
-    marks: dict[str, list[list[float]]] = {"short": [], "1": [], str(LONG_PHASE): []}
+    marks: dict[str, list[list[float]]] = {"short": [], **{str(units): [] for units in PHASE_UNITS}}
     short = _short_burst(SHORT_PHASE)
     for _ in range(3):  # warm up: a fresh process's first backward takes tens of milliseconds
         unit()
     comm.ring_all_reduce(flat, group)  # and the connections
     began, more = time.perf_counter(), torch.ones(1)
     while more.item():
-        for units in ("short", 1, LONG_PHASE):
+        for units in ("short", *PHASE_UNITS):
             dist.barrier()
             for _ in range(repeats):
                 start = time.perf_counter()

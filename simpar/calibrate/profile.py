@@ -149,8 +149,10 @@ class HardwareProfile:
     worker_server: dict[str, list[float]] = field(default_factory=dict)
     # world -> seconds a compute right after a pipeline receive pays (relay_worker: stages take turns)
     resume_after_recv: dict[str, float] = field(default_factory=dict)
-    # world -> seconds a collective's wake grows per second of compute since the rank's last call, beyond
-    # wake_phase (world -> the compute before the call that ``wake`` was measured after): phase_worker
+    # world -> [[seconds of compute since the rank's last call...], [what the call pays beyond the wake after
+    # each...]] (phase_worker's loops, the first at wake_phase: world -> the compute before the call that
+    # ``wake`` was measured after); older profiles have wake_growth instead: one line, seconds per second
+    wake_curve: dict[str, list[list[float]]] = field(default_factory=dict)
     wake_growth: dict[str, float] = field(default_factory=dict)
     wake_phase: dict[str, float] = field(default_factory=dict)
     # world -> [seconds of a short compute, what the first call after it pays beyond the calls after it]
@@ -234,10 +236,19 @@ class HardwareProfile:
         return float(self._nearest(self.wake, world)) if self.wake else 0.0
 
     def wake_growth_cost(self, world: int) -> tuple[float, float]:
-        """(seconds of wake per second of compute before the call, the compute ``wake`` was measured after)."""
-        if not self.wake_growth:
-            return 0.0, 0.0
+        """(seconds of wake per second of compute before the call, the compute ``wake`` was measured after):
+        an older profile's one line; 0 with a measured curve (``wake_curve_cost``)."""
+        if not self.wake_growth or self.wake_curve:
+            return 0.0, float(self._nearest(self.wake_phase, world)) if self.wake_phase else 0.0
         return float(self._nearest(self.wake_growth, world)), float(self._nearest(self.wake_phase, world))
+
+    def wake_curve_cost(self, world: int) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
+        """(seconds of compute before a call, what it pays beyond the wake after the first) as measured,
+        None in older profiles."""
+        if not self.wake_curve:
+            return None
+        phases, extras = self._nearest(self.wake_curve, world)
+        return tuple(float(p) for p in phases), tuple(float(e) for e in extras)
 
     def handoff_cost(self, world: int) -> float:
         return float(self._nearest(self.handoff, world)) if self.handoff else 0.0
@@ -282,6 +293,7 @@ class HardwareProfile:
                                   f"{world} gloo processes on {self.machine['cores']} cores (calibrated)")
         topology.wake_latency, topology.resume_latency = self.wake_cost(world), self.resume_cost(world)
         topology.wake_growth, topology.wake_phase = self.wake_growth_cost(world)
+        topology.wake_curve = self.wake_curve_cost(world)
         topology.handoff_latency = self.handoff_cost(world)
         topology.resume_after_recv_latency = self.resume_after_recv_cost(world)
         topology.resume_unit = float(self._nearest(self.resume_unit, world)) if self.resume_unit else 0.0

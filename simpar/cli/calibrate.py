@@ -115,7 +115,7 @@ def _save_and_show(profile, args, precision: str, what: str = "") -> int:
         print(f"             {1e6 * per_tensor:.1f} us per parameter tensor + {1e9 * per_element:.2f} ns per element "
               "copying ZeRO-1/2's gathered parameters into each")
     print("  ranks   compute slowdown   first compute after a call   after a pipeline receive   ring step in a step"
-          "   bandwidth   first call after computing   + per ms computed before it   pipeline send after computing"
+          "   bandwidth   first call after computing   + after longer compute before it   pipeline send after computing"
           "   its isend holds the sender   (ring step back to back)")
     for world in sorted(int(k) for k in profile.ring):
         alpha, bandwidth = profile.ring[str(world)]
@@ -127,7 +127,7 @@ def _save_and_show(profile, args, precision: str, what: str = "") -> int:
         print(f"  {world:>5}   {profile.slowdown[str(world)]:>14.2f}x   {resume:>26}   {after_recv:>24}"
               f"   {units.human_time(alpha):>19}   {units.human_rate(bandwidth):>9}"
               f"   {'+' + units.human_time(profile.wake_cost(world)):>26}"
-              f"   {_growth(profile, world):>27}"
+              f"   {_growth(profile, world):>33}"
               f"   {'+' + units.human_time(profile.handoff_cost(world)):>29}"
               f"   {units.human_time(profile.send_issue.get(str(world), 0.0)):>26}   {units.human_time(back):>24}")
     if profile.worker_server and profile.wake_short:  # measured since the twelfth stop (older profiles lack them)
@@ -147,9 +147,14 @@ def _save_and_show(profile, args, precision: str, what: str = "") -> int:
 
 
 def _growth(profile, world: int) -> str:
-    """How a collective's wake grows with the compute before it, as the table prints it."""
+    """How a collective's wake grows with the compute before it, as the table prints it: an older profile's
+    line, or the measured curve's rise to its longest compute."""
+    curve = profile.wake_curve_cost(world)
+    if curve:
+        (first, *_, last), (*_, rise) = curve
+        return f"+{units.human_time(rise)} from {units.human_time(first)} to {units.human_time(last)}"
     growth, phase = profile.wake_growth_cost(world)
-    return f"+{units.human_time(growth * 1e-3)} beyond {units.human_time(phase)}"
+    return f"+{units.human_time(growth * 1e-3)} a ms beyond {units.human_time(phase)}"
 
 
 def run_gpu(args) -> int:

@@ -28,8 +28,8 @@ class OpCosts:
         self._machines = self._machine_nodes()
         self._shares: dict = {}  # (unit kind, phase, part) -> share of the unit's calibrated overhead
         self._sharded: dict[str, bool] = {}  # params, grads -> whether ranks keep less than the whole model's
-        turns = (topology.wake_latency or topology.wake_growth or topology.wake_short or topology.resume_latency
-                 or topology.handoff_latency
+        turns = (topology.wake_latency or topology.wake_growth or topology.wake_curve or topology.wake_short
+                 or topology.resume_latency or topology.handoff_latency
                  or topology.resume_after_recv_latency or topology.between_ops)
         self.after_compute, self.after_network = self._turns() if turns else ({}, {})
 
@@ -50,7 +50,8 @@ class OpCosts:
         table = self.topology.core_slowdown
         slow = slowdown_at(table, self.plan.grid.world) if table else 1.0
         between = self.topology.between_ops
-        laps = 2 if self.topology.wake_growth or self.topology.wake_short or between else 1
+        grows = self.topology.wake_growth or self.topology.wake_curve
+        laps = 2 if grows or self.topology.wake_short or between else 1
         for pi, prog in enumerate(self.plan.programs):
             phase, since = 0.0, 0  # ops since the last compute (the ops after a step's last one: its first's)
             for _ in range(laps):

@@ -104,8 +104,8 @@ def test_the_wake_curve_is_each_loops_call_beyond_the_first_loops_never_falling(
     ms = lambda *t: [x * 1e-3 for x in t]
     assert len(PHASE_UNITS) == 5 and PHASE_UNITS[0] == 1
     calls = [10, 16, 15, 18, 19]
-    ranks = [{"phases": {str(u): [ms(0, 2 + 10 * i, 2 + 10 * i + c)] for i, (u, c) in enumerate(zip(PHASE_UNITS, calls))}},
-             {"phases": {str(u): [ms(0, 4 + 10 * i, 4 + 10 * i + c)] for i, (u, c) in enumerate(zip(PHASE_UNITS, calls))}}]
+    loops = list(enumerate(zip(PHASE_UNITS, calls)))
+    ranks = [{"phases": {str(u): [ms(0, end + 10 * i, end + 10 * i + c)] for i, (u, c) in loops}} for end in (2, 4)]
     ranks[0]["phases"]["1"].append(ms(20, 22, 33))
     ranks[1]["phases"]["1"].append(ms(20, 24, 33))
     assert phase_cost([r["phases"]["1"] for r in ranks]) == pytest.approx((3e-3, 10e-3))

@@ -197,20 +197,26 @@ def pattern_worker(ctx, sizes: list[int], repeats: int, rounds: int = 5) -> dict
         out["base"].append(loop(lambda: None, 0))
         return loop(collective, calls, marks) - out["base"][-1]
 
+    def caller(op: str, size: int):
+        numel = max(size // 4, n)
+        flat = torch.zeros(numel)
+        mine = torch.tensor_split(flat, n)[ctx.rank]
+        return {"allgather": lambda: comm.ring_all_gather(mine, numel, group),
+                "allreduce": lambda: comm.ring_all_reduce(flat, group),
+                "handoff": lambda: _handoff(comm, flat, ctx.rank, n),
+                "psreduce": lambda: comm.ps_all_reduce(flat, group)}[op]
+
     loop(lambda: None, 0)  # warm-up
     bursts[False].clear()
-    for op in PATTERN_OPS:
-        for size in sizes:
-            numel = max(size // 4, n)
-            flat = torch.zeros(numel)
-            mine = torch.tensor_split(flat, n)[ctx.rank]
-            call = {"allgather": lambda: comm.ring_all_gather(mine, numel, group),
-                    "allreduce": lambda: comm.ring_all_reduce(flat, group),
-                    "handoff": lambda: _handoff(comm, flat, ctx.rank, n),
-                    "psreduce": lambda: comm.ps_all_reduce(flat, group)}[op]
+    calls_of = {(op, size): caller(op, size) for op in PATTERN_OPS for size in sizes}
+    # every op and size once a round, the rounds one after another: each row's rounds spread over the whole
+    # pattern, not a second or two of it, as the cores' states last 0.25-6.5 s (a 2 MiB Worker-Server call
+    # after a unit took 1.3 ms in one state and 2.5 ms in the other, minutes apart)
+    for _ in range(rounds):
+        for (op, size), call in calls_of.items():
             for calls in (1, SERIES):
                 marks = series[op == "psreduce"] if calls > 1 and op != "handoff" else None
-                out[f"{op}{size}x{calls}"] = [beyond_compute(call, calls, marks) for _ in range(rounds)]
+                out.setdefault(f"{op}{size}x{calls}", []).append(beyond_compute(call, calls, marks))
     return out
 
 

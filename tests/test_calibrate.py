@@ -303,6 +303,39 @@ def test_a_measured_wake_curve_prices_the_call_after_the_steps_compute_by_interp
     assert fast.step_time_s == pytest.approx(full.step_time_s, rel=1e-9)
 
 
+def test_a_worker_server_all_reduce_grows_by_its_own_curve_where_measured():
+    """dp's Worker-Server all-reduce after the step's compute: with its own curve measured it pays that,
+    the ring's calls keep theirs; without it (older profiles) it grows as the ring's. The step is shorter
+    by exactly the difference of the two curves at that compute."""
+    from simpar.plan import Collective
+    from simpar.sim.op_costs import OpCosts
+    from simpar.sim.runner import Simulator
+    from simpar.strategies import build_plan
+
+    scenario = make_scenario(model("tiny-deep"), "dp", 4, micro_batch=2, precision="fp32", topology="cpu-host")
+    plan = build_plan(scenario)
+    call = next(op for op in plan.programs[0].ops if isinstance(op, Collective))
+    assert call.algo == "ps"
+
+    def simulated(ps_curve) -> Simulator:
+        profile = _profile()
+        profile.wake, profile.wake_phase = {"4": 1e-3}, {"4": 1e-3}
+        profile.worker_server = {"4": [1e-3, 1e-4, 1e9]}
+        profile.wake_curve = {"4": [[1e-3, 1.0], [0.0, 0.1]]}  # 0.1 s per s of compute
+        profile.worker_server_curve = {"4": ps_curve} if ps_curve else {}
+        sim = Simulator(plan, scenario, profile.topology(4, "fp32"), serial=True)
+        sim.run()
+        return sim
+
+    ring, own = simulated(None), simulated([[1e-3, 1.0], [0.0, 0.04]])
+    phase = OpCosts(plan, scenario, own.topology).after_compute[(0, call.id)]
+    assert phase > 1e-3
+    assert own.topology.wake_rise(phase, "ps") == pytest.approx(0.04 * (phase - 1e-3) / (1.0 - 1e-3))
+    assert own.topology.wake_rise(phase) == ring.topology.wake_rise(phase, "ps") == pytest.approx(
+        0.1 * (phase - 1e-3) / (1.0 - 1e-3))
+    assert ring.env.now - own.env.now == pytest.approx(0.06 * (phase - 1e-3) / (1.0 - 1e-3), rel=1e-6)
+
+
 def test_every_op_of_the_plan_pays_the_executors_work_between_ops_once_a_step():
     """DDP on 2 ranks, one rank per core: 40 us between ops makes the step longer by exactly 40 us x the
     program's ops (Alloc and Free included; the ops after the step's last compute are paid by its first),

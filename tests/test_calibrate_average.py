@@ -189,6 +189,10 @@ def test_wake_curves_average_point_by_point():
     averaged = average_profiles([first, second], ["a", "b"])
     assert averaged.wake_curve["2"] == [pytest.approx([2e-3, 9e-3, 27e-3]), pytest.approx([0.0, 1.5e-3, 2e-3])]
     assert average_profiles([first, _profile(2.0)], ["a", "c"]).wake_curve == first.wake_curve  # one has none
+    first.worker_server_curve = {"2": [[1e-3, 8e-3], [0.0, 1e-3]]}
+    second.worker_server_curve = {"2": [[3e-3, 10e-3], [0.0, 3e-3]]}
+    both = average_profiles([first, second], ["a", "b"]).worker_server_curve
+    assert both["2"] == [pytest.approx([2e-3, 9e-3]), pytest.approx([0.0, 2e-3])]
 
 
 def test_validate_calibrates_after_every_round_unless_told_otherwise(monkeypatch, tmp_path):

@@ -113,6 +113,11 @@ def test_the_wake_curve_is_each_loops_call_beyond_the_first_loops_never_falling(
     assert phases == pytest.approx([3e-3, 13e-3, 23e-3, 33e-3, 43e-3])
     assert extras == pytest.approx([0.0, 6e-3, 6e-3, 8e-3, 9e-3])
     assert record["call_s"] == pytest.approx([10e-3, 16e-3, 15e-3, 18e-3, 19e-3])
+    for r in ranks:  # the Worker-Server all-reduce's loops, kept apart: its own curve
+        r["phases"].update({f"ps{u}": [[m[0], m[1], m[1] + (m[2] - m[1]) / 2] for m in marks]
+                            for u, marks in list(r["phases"].items()) if not u.startswith("ps")})
+    assert wake_curve(ranks, "ps")[1] == pytest.approx([0.0, 3e-3, 3e-3, 4e-3, 4.5e-3])
+    assert wake_curve(ranks)[1] == pytest.approx(extras)
 
 
 def test_the_embeddings_backward_is_fitted_an_overhead_and_a_cost_per_element_of_its_table():

@@ -34,7 +34,7 @@ PATTERN_SIZES = [2**12, 2**18, 2**21]  # 4 KiB to 2 MiB: a TP activation to a DD
 PHASE_SIZE = 2**18  # the all-reduce after phase_worker's short and long compute
 # how long phase_worker's loops run at the default 10 repeats (fewer repeats: shorter): long enough to
 # average the states of this VM's cores, which flip between fast and slow for seconds at a time
-PHASE_SECONDS = 8.0
+PHASE_SECONDS = 12.0
 BURST_SECONDS = 6.0  # the same for burst_worker's rounds (the compute slowdown of ranks computing at once)
 OPTIMIZER_PARAMS = [2**14, 2**18, 2**20]
 
@@ -55,15 +55,16 @@ def _both(ctx, precision: str, repeats: int) -> dict:
             "pattern": pattern_worker(ctx, PATTERN_SIZES, repeats),
             "relay": relay_worker(ctx, 3 * repeats),
             "late": late_worker(ctx, 10 * repeats),
-            "phases": phase_worker(ctx, PHASE_SIZE, PHASE_SECONDS * repeats / 10)}
+            "phases": phase_worker(ctx, PHASE_SIZE, PHASE_SECONDS * repeats / 10, ps_size=PATTERN_SIZES[-1])}
 
 
-def wake_curve(ranks: list[dict]) -> tuple[list[float], list[float], dict]:
+def wake_curve(ranks: list[dict], kind: str = "") -> tuple[list[float], list[float], dict]:
     """(the compute before the call after each of ``PHASE_UNITS``' loops of ``phase_worker``, seconds, and
     what the call costs beyond the call after the first, shortest, loop, the record): the measured curve
-    of how a call's cost grows with the compute before it. Never falling (a longer compute does not bring
-    the ranks closer; a dip is noise): each point at least the one before, the first 0."""
-    points = [phase_cost([r["phases"][str(units)] for r in ranks]) for units in PHASE_UNITS]
+    of how a call's cost grows with the compute before it (``kind`` "ps": the Worker-Server all-reduce's
+    loops). Never falling (a longer compute does not bring the ranks closer; a dip is noise): each point
+    at least the one before, the first 0."""
+    points = [phase_cost([r["phases"][f"{kind}{units}"] for r in ranks]) for units in PHASE_UNITS]
     phases, calls = [p for p, _ in points], [c for _, c in points]
     extras = list(np.maximum.accumulate([max(c - calls[0], 0.0) for c in calls]))
     return phases, [float(e) for e in extras], {"phase_s": phases, "call_s": calls}
@@ -107,7 +108,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
     passes = [compute_pass(precision, repeats, timeout)]
     host = launch(host_worker, 1, (OPTIMIZER_PARAMS, repeats), timeout=timeout)[0]
     slowdown, ring, wake, handoff, resume, resume_after_recv, shared = {"1": 1.0}, {}, {}, {}, {}, {}, {}
-    curve, phase, unit_alone, issue, worker_server, short_wake, late = {}, {}, {}, {}, {}, {}, {}
+    curve, ps_curve, phase, unit_alone, issue, worker_server, short_wake, late = {}, {}, {}, {}, {}, {}, {}, {}
     for world in worlds:
         say(f"{world} ranks at once: compute and ring steps")
         ranks = launch(_both, world, (precision, repeats), timeout=timeout)
@@ -151,6 +152,9 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
         # ... and how much more a call costs after a longer compute (the wait for the slowest rank grows)
         curve_phases, extras, phases = wake_curve(ranks)
         curve[str(world)], phase[str(world)] = [curve_phases, extras], curve_phases[0]
+        # ... the Worker-Server all-reduce's own: its server takes the early workers' pushes while it waits
+        ps_phases, ps_extras, phases["ps"] = wake_curve(ranks, "ps")
+        ps_curve[str(world)] = [ps_phases, ps_extras]
         # ... and how much less after a short one (a tensor-parallel piece): [its compute, the first call's extra]
         shorts = [r["phases"]["short"] for r in ranks]
         short_wake[str(world)] = [statistics.fmean(m[1] - m[0] for marks in shorts for m in marks),
@@ -179,7 +183,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
     return HardwareProfile(machine=machine, compute={precision: compute}, slowdown=slowdown, ring=ring,
                            wake=wake, wake_curve=curve, wake_phase=phase, handoff=handoff, send_issue=issue,
                            late_recv=late,
-                           worker_server=worker_server, wake_short=short_wake,
+                           worker_server=worker_server, worker_server_curve=ps_curve, wake_short=short_wake,
                            resume=resume,
                            resume_after_recv=resume_after_recv, resume_unit=unit_alone, between_ops=between,
                            optimizer_params_per_s=rates, optimizer_step={precision: step} if step else {},

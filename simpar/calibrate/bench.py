@@ -242,7 +242,7 @@ PHASE_UNITS = (1, 4, 8, 16, 32)
 SHORT_PHASE = 3e-4  # seconds (alone) of phase_worker's short compute: a tensor-parallel piece's
 
 
-def phase_worker(ctx, size: int, seconds: float = 8.0, repeats: int = 3) -> dict:
+def phase_worker(ctx, size: int, seconds: float = 8.0, repeats: int = 3, ps_size: int | None = None) -> dict:
     """How a call's cost grows with the compute before it: ``pattern_worker``'s unit computed each of
     ``PHASE_UNITS`` times in a row, then one all-reduce of ``size`` bytes (the executor's ring), every
     rank at once; the loops interleaved round by round against the machine's drift, rounds repeated
@@ -252,7 +252,11 @@ def phase_worker(ctx, size: int, seconds: float = 8.0, repeats: int = 3) -> dict
     16 / 24 ms of compute (a line through the first and third points priced the last 6.0 ms), at 4 ranks
     12.4 / 15.3 / 17.7 / 18.7 / 19.9 ms after 1.8 / 7.4 / 15 / 32 / 50 ms: the ranks' lag behind each other
     grows like a random walk's, about as the square root of the compute (mean 0.5 / 1.2 / 1.3 / 1.7 / 2.0 ms
-    apart at 2 ranks), hence the several lengths, spanning a step's. With more ranks than
+    apart at 2 ranks), hence the several lengths, spanning a step's. With ``ps_size`` the same loops again
+    with the executor's Worker-Server all-reduce of ``ps_size`` bytes ("ps1", "ps4", ...): its server takes
+    the workers' pushes in rank order as they come, so the wait for the slowest overlaps the legs of those
+    before it, and its call grows less (4 ranks, 1.7 MB, after 1 / 8 / 24 units: 6.2 / 8.4 / 10.7 ms,
+    the ring's 13.8 / 17.8 / 20.3 ms). With more ranks than
     cores the scheduler hands the cores out in time slices, unevenly, so the ranks leave a long phase
     further apart and the call waits for the slowest: at 4 ranks on 2 cores a DDP step's ranks reached
     its all-reduce 4-17 ms apart, where the first call after one unit's compute paid 2.6 ms more than
@@ -267,26 +271,30 @@ def phase_worker(ctx, size: int, seconds: float = 8.0, repeats: int = 3) -> dict
     comm, group = CountingComm(ctx.rank), list(range(ctx.world))
     unit = _unit_burst()
     flat = torch.zeros(max(size // 4, ctx.world))
-    marks: dict[str, list[list[float]]] = {"short": [], **{str(units): [] for units in PHASE_UNITS}}
+    calls = {str(units): lambda: comm.ring_all_reduce(flat, group) for units in ("short", *PHASE_UNITS)}
+    if ps_size:
+        pushed = torch.zeros(max(ps_size // 4, ctx.world))
+        calls.update({f"ps{units}": lambda: comm.ps_all_reduce(pushed, group) for units in PHASE_UNITS})
+    marks: dict[str, list[list[float]]] = {key: [] for key in calls}
     short = _short_burst(SHORT_PHASE)
     for _ in range(3):  # warm up: a fresh process's first backward takes tens of milliseconds
         unit()
     comm.ring_all_reduce(flat, group)  # and the connections
     began, more = time.perf_counter(), torch.ones(1)
     while more.item():
-        for units in ("short", *PHASE_UNITS):
+        for key, call in calls.items():
             dist.barrier()
             for _ in range(repeats):
                 start = time.perf_counter()
-                if units == "short":
+                if key == "short":
                     short()
-                for _ in range(0 if units == "short" else units):
+                for _ in range(0 if key == "short" else int(key.removeprefix("ps"))):
                     unit()
                 ends = [start, time.perf_counter()]
-                for _ in range(SERIES if units == "short" else 1):
-                    comm.ring_all_reduce(flat, group)
+                for _ in range(SERIES if key == "short" else 1):
+                    call()
                     ends.append(time.perf_counter())
-                marks[str(units)].append(ends)
+                marks[key].append(ends)
         more.fill_(float(time.perf_counter() - began < seconds))
         dist.broadcast(more, 0)  # rank 0's clock decides for all, so every rank runs the same rounds
     return marks

@@ -153,6 +153,9 @@ class HardwareProfile:
     # each...]] (phase_worker's loops, the first at wake_phase: world -> the compute before the call that
     # ``wake`` was measured after); older profiles have wake_growth instead: one line, seconds per second
     wake_curve: dict[str, list[list[float]]] = field(default_factory=dict)
+    # the same for the Worker-Server all-reduce (phase_worker's "ps" loops); empty in older profiles: its
+    # calls grow as the ring's
+    worker_server_curve: dict[str, list[list[float]]] = field(default_factory=dict)
     wake_growth: dict[str, float] = field(default_factory=dict)
     wake_phase: dict[str, float] = field(default_factory=dict)
     # world -> [seconds of a short compute, what the first call after it pays beyond the calls after it]
@@ -242,12 +245,13 @@ class HardwareProfile:
             return 0.0, float(self._nearest(self.wake_phase, world)) if self.wake_phase else 0.0
         return float(self._nearest(self.wake_growth, world)), float(self._nearest(self.wake_phase, world))
 
-    def wake_curve_cost(self, world: int) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
-        """(seconds of compute before a call, what it pays beyond the wake after the first) as measured,
-        None in older profiles."""
-        if not self.wake_curve:
+    def wake_curve_cost(self, world: int, algo: str = "ring") -> tuple[tuple[float, ...], tuple[float, ...]] | None:
+        """(seconds of compute before a call, what it pays beyond the wake after the first) as measured for
+        the ring's calls (``algo`` "ps": the Worker-Server all-reduce's), None in older profiles."""
+        table = self.worker_server_curve if algo == "ps" else self.wake_curve
+        if not table:
             return None
-        phases, extras = self._nearest(self.wake_curve, world)
+        phases, extras = self._nearest(table, world)
         return tuple(float(p) for p in phases), tuple(float(e) for e in extras)
 
     def handoff_cost(self, world: int) -> float:
@@ -294,6 +298,7 @@ class HardwareProfile:
         topology.wake_latency, topology.resume_latency = self.wake_cost(world), self.resume_cost(world)
         topology.wake_growth, topology.wake_phase = self.wake_growth_cost(world)
         topology.wake_curve = self.wake_curve_cost(world)
+        topology.worker_server_curve = self.wake_curve_cost(world, "ps")
         topology.handoff_latency = self.handoff_cost(world)
         topology.resume_after_recv_latency = self.resume_after_recv_cost(world)
         topology.resume_unit = float(self._nearest(self.resume_unit, world)) if self.resume_unit else 0.0

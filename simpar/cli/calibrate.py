@@ -132,13 +132,14 @@ def _save_and_show(profile, args, precision: str, what: str = "") -> int:
               f"   {units.human_time(profile.send_issue.get(str(world), 0.0)):>26}   {units.human_time(back):>24}")
     if profile.worker_server and profile.wake_short:  # measured since the twelfth stop (older profiles lack them)
         print("  ranks   first call after a short compute   Worker-Server all-reduce: first call after computing"
-              "   each one-way leg   leg bandwidth")
+              "   each one-way leg   leg bandwidth   + after longer compute before it")
         for world in sorted(int(k) for k in profile.worker_server):
             wake, leg, rate = profile.worker_server[str(world)]
             compute, paid = profile.wake_short.get(str(world), (0.0, 0.0))
             short = f"+{units.human_time(paid)} after {units.human_time(compute)}"
+            grows = _growth(profile, world, "ps") if profile.worker_server_curve else "as the ring's"
             print(f"  {world:>5}   {short:>32}   {'+' + units.human_time(wake):>50}   {units.human_time(leg):>16}"
-                  f"   {units.human_rate(rate):>13}")
+                  f"   {units.human_rate(rate):>13}   {grows:>33}")
     if profile.late_recv:  # measured since the fifteenth stop
         print("  ranks   pipeline receive posted after its send (beyond its bytes; gloo's rendezvous)")
         for world in sorted(int(k) for k in profile.late_recv):
@@ -146,10 +147,10 @@ def _save_and_show(profile, args, precision: str, what: str = "") -> int:
     return 0
 
 
-def _growth(profile, world: int) -> str:
+def _growth(profile, world: int, algo: str = "ring") -> str:
     """How a collective's wake grows with the compute before it, as the table prints it: an older profile's
-    line, or the measured curve's rise to its longest compute."""
-    curve = profile.wake_curve_cost(world)
+    line, or the measured curve's rise to its longest compute (``algo`` "ps": the Worker-Server's)."""
+    curve = profile.wake_curve_cost(world, algo)
     if curve:
         (first, *_, last), (*_, rise) = curve
         return f"+{units.human_time(rise)} from {units.human_time(first)} to {units.human_time(last)}"

@@ -68,6 +68,8 @@ class Topology:
         # or as measured at several lengths of compute: (seconds of compute, seconds beyond the wake), the first
         # at wake_phase; between, interpolated; beyond the last, on at its last piece's slope (None: the line)
         self.wake_curve: tuple[tuple[float, ...], tuple[float, ...]] | None = None
+        # ... and the Worker-Server all-reduce's own, which grows less (None: as the ring's)
+        self.worker_server_curve: tuple[tuple[float, ...], tuple[float, ...]] | None = None
         # (seconds of a short compute, what a call after it pays): below wake_phase the wake is interpolated
         # through (0, 0), this and (wake_phase, the wake), as a share of the algorithm's wake; None: paid whole
         self.wake_short: tuple[float, float] | None = None
@@ -183,14 +185,16 @@ class Topology:
         """Seconds a collective (of algorithm ``algo``) pays before its steps when it comes after ``phase``
         seconds of compute: the wake measured for its algorithm, and the wait for the slowest rank's growth."""
         wake = self.worker_server_wake if algo == "ps" and self.worker_server_wake is not None else self.wake_latency
-        return wake * self.wake_share(phase) + self.wake_rise(phase)
+        return wake * self.wake_share(phase) + self.wake_rise(phase, algo)
 
-    def wake_rise(self, phase: float) -> float:
-        """What a call pays after ``phase`` seconds of compute beyond the wake after ``wake_phase``: the
-        measured curve (``wake_curve``), or an older profile's line (``wake_growth``); 0 below."""
-        if self.wake_curve is None:
+    def wake_rise(self, phase: float, algo: str | None = None) -> float:
+        """What a call (of algorithm ``algo``) pays after ``phase`` seconds of compute beyond the wake after
+        ``wake_phase``: the measured curve (``wake_curve``; ``worker_server_curve`` for "ps" where measured),
+        or an older profile's line (``wake_growth``); 0 below."""
+        curve = self.worker_server_curve if algo == "ps" and self.worker_server_curve else self.wake_curve
+        if curve is None:
             return self.wake_growth * max(phase - self.wake_phase, 0.0)
-        phases, extras = self.wake_curve
+        phases, extras = curve
         if phase <= phases[-1] or len(phases) < 2:
             return float(np.interp(phase, phases, extras))
         slope = (extras[-1] - extras[-2]) / (phases[-1] - phases[-2]) if phases[-1] > phases[-2] else 0.0

@@ -247,23 +247,19 @@ def phase_worker(ctx, size: int, seconds: float = 8.0, repeats: int = 3, ps_size
     ``PHASE_UNITS`` times in a row, then one all-reduce of ``size`` bytes (the executor's ring), every
     rank at once; the loops interleaved round by round against the machine's drift, rounds repeated
     until ``seconds`` have passed. {"short": [...], "1": [...], "4": [...], ...}: per repetition [compute
-    start, compute end, call end] on the machine's one monotonic clock (``phase_cost``). The growth is
-    not a straight line: at 2 ranks the call cost 2.5 / 3.4 / 3.6 / 4.5 / 4.7 ms after 1.2 / 4.4 / 8.3 /
-    16 / 24 ms of compute (a line through the first and third points priced the last 6.0 ms), at 4 ranks
-    12.4 / 15.3 / 17.7 / 18.7 / 19.9 ms after 1.8 / 7.4 / 15 / 32 / 50 ms: the ranks' lag behind each other
-    grows like a random walk's, about as the square root of the compute (mean 0.5 / 1.2 / 1.3 / 1.7 / 2.0 ms
-    apart at 2 ranks), hence the several lengths, spanning a step's. With ``ps_size`` the same loops again
-    with the executor's Worker-Server all-reduce of ``ps_size`` bytes ("ps1", "ps4", ...): its server takes
-    the workers' pushes in rank order as they come, so the wait for the slowest overlaps the legs of those
-    before it, and its call grows less (4 ranks, 1.7 MB, after 1 / 8 / 24 units: 6.2 / 8.4 / 10.7 ms,
-    the ring's 13.8 / 17.8 / 20.3 ms). With more ranks than
+    start, compute end, call end] on the machine's one monotonic clock (``phase_cost``). The growth
+    flattens: at 2 ranks the call cost 2.5 / 3.4 / 3.6 / 4.5 / 4.7 ms after 1.2 / 4.4 / 8.3 / 16 / 24 ms of
+    compute (a line through the first and third points priced the last 6.0 ms), as the ranks' lag behind
+    each other grows like a random walk's (0.5 / 1.2 / 1.3 / 1.7 / 2.0 ms), hence several lengths, spanning
+    a step's. With ``ps_size`` the same loops with the executor's Worker-Server all-reduce of ``ps_size``
+    bytes ("ps1", "ps4", ...): its server takes the pushes in rank order as they come, so the wait for the
+    slowest overlaps the legs of those before it (4 ranks, 1.7 MB, after 1 / 8 / 24 units: 6.2 / 8.4 /
+    10.7 ms, the ring's 13.8 / 17.8 / 20.3 ms). With more ranks than
     cores the scheduler hands the cores out in time slices, unevenly, so the ranks leave a long phase
     further apart and the call waits for the slowest: at 4 ranks on 2 cores a DDP step's ranks reached
-    its all-reduce 4-17 ms apart, where the first call after one unit's compute paid 2.6 ms more than
-    the calls after it (``series_wake``). At 2 ranks the ranks drift apart only while their cores run
-    at different speeds: each vCPU of the development VM flips between a fast and a slow state for
-    0.25-6.5 s at a time (benchmarks/host_speed.py), so a few rounds (0.6 s) drew a growth of 0 in one
-    window and 0.17 ms per ms of compute in another; seconds of rounds average the states.
+    its all-reduce 4-17 ms apart. At 2 ranks they drift apart while their cores run at different speeds:
+    each vCPU of the development VM flips between a fast and a slow state for 0.25-6.5 s at a time
+    (benchmarks/host_speed.py); seconds of rounds average the states.
     "short": ``SHORT_PHASE`` of compute, then ``SERIES`` calls ([start, compute end, each call's end]):
     what the first call after a short compute pays beyond the calls after it (``series_wake``). It is
     less than after a unit: at 2 ranks a 4 KiB all-reduce cost 0.9 ms back to back, 0.8 after 0.1 ms of

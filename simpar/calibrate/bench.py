@@ -20,7 +20,6 @@ from simpar.models import model
 from simpar.real.comm import CountingComm
 from simpar.real.model import build_model
 from simpar.real.states import make_optimizer
-from simpar.calibrate.series import SERIES, SERIES_LONG
 from simpar.scenario import make_scenario
 from simpar.strategies.work import Work
 
@@ -144,6 +143,7 @@ def host_worker(ctx, params: list[int], repeats: int) -> dict:
 
 # handoff: a pipeline stage's send on, receive from behind; psreduce: the executor's Worker-Server all-reduce
 PATTERN_OPS = ("allgather", "allreduce", "handoff", "psreduce")
+SERIES = 4  # calls in a row after one unit's compute (and 1): ZeRO-3 gathers a layer's modules so
 
 
 def pattern_worker(ctx, sizes: list[int], repeats: int, rounds: int = 5) -> dict:
@@ -162,8 +162,7 @@ def pattern_worker(ctx, sizes: list[int], repeats: int, rounds: int = 5) -> dict
     with every rank computing at once and taken minutes apart at most, round by round (against
     ``burst_worker``'s one rank alone, launched separately, the machine's drift read +1.2 ms at 2 ranks
     where a step's computes after a call paid none). "issued": [s the isend of each handoff right after
-    the compute held its rank] (``_handoff``). "series_long": the same timestamps of ``SERIES_LONG`` calls
-    in a row, twice a round, for ``series_late`` (their computes kept out of "compute")."""
+    the compute held its rank] (``_handoff``)."""
     comm, group, n = CountingComm(ctx.rank), list(range(ctx.world)), ctx.world
     unit = _unit_burst()
     reps = max(4, 4 * repeats // n)  # more ranks than cores make every call slower: fewer of them
@@ -173,14 +172,14 @@ def pattern_worker(ctx, sizes: list[int], repeats: int, rounds: int = 5) -> dict
     series: dict[bool, list[list[float]]] = {False: [], True: []}  # Worker-Server?
     issued: list[float] = []  # seconds the isend of each handoff right after computing held its rank
 
-    def loop(collective, calls: int, marks: list | None = None, bursts_of=bursts) -> float:
+    def loop(collective, calls: int, marks: list | None = None) -> float:
         dist.barrier()
         start = time.perf_counter()
         for _ in range(reps):
             began = time.perf_counter()
             unit()
             ends = [time.perf_counter()]
-            bursts_of[bool(calls)].append(ends[0] - began)
+            bursts[bool(calls)].append(ends[0] - began)
             for call in range(calls):
                 held = collective()
                 if call == 0 and isinstance(held, float):  # a handoff's isend
@@ -192,7 +191,7 @@ def pattern_worker(ctx, sizes: list[int], repeats: int, rounds: int = 5) -> dict
         return (time.perf_counter() - start) / reps
 
     out = {"base": [], "compute": bursts[True], "compute_base": bursts[False], "series": series[False],
-           "series_ps": series[True], "issued": issued, "series_long": []}
+           "series_ps": series[True], "issued": issued}
 
     def beyond_compute(collective, calls: int, marks: list | None) -> float:
         out["base"].append(loop(lambda: None, 0))
@@ -218,9 +217,23 @@ def pattern_worker(ctx, sizes: list[int], repeats: int, rounds: int = 5) -> dict
             for calls in (1, SERIES):
                 marks = series[op == "psreduce"] if calls > 1 and op != "handoff" else None
                 out.setdefault(f"{op}{size}x{calls}", []).append(beyond_compute(call, calls, marks))
-        for _ in range(2):  # the smallest all-gather SERIES_LONG times in a row, call by call (series_late)
-            loop(calls_of[("allgather", min(sizes))], SERIES_LONG, out["series_long"], {True: [], False: []})
     return out
+
+
+def series_wake(series_by_rank: list[list[list[float]]]) -> float:
+    """What the first of a series of calls after computing pays beyond each call after it, from
+    ``pattern_worker``'s timestamps (every rank's list of [compute end, each call's end], repetition by
+    repetition): per repetition, the first call's end less the compute's end, averaged over the ranks
+    as the simulator's one compute end stands for theirs, less the mean of the calls after it; the mean
+    over repetitions. Paired inside each repetition, it does not move with the machine's drift, as the
+    difference of a loop of 1 call and one of 4, taken seconds apart, did (0-1.9 ms at 2 ranks over six
+    calibrations); it holds both the wait for the slowest rank and a slow first call."""
+    extra = []
+    for marks in zip(*series_by_rank):  # one repetition, every rank
+        first = statistics.fmean(m[1] - m[0] for m in marks)
+        after = statistics.fmean((m[-1] - m[1]) / (len(m) - 2) for m in marks)
+        extra.append(first - after)
+    return max(statistics.fmean(extra), 0.0) if extra else 0.0
 
 
 # units computed before a call in phase_worker's loops: one (what the wake is measured after) to a whole

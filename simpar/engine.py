@@ -118,12 +118,13 @@ class Network:
         return self.transfer_all([(src, dst, nbytes, steps)], tag)
 
     def transfer_all(self, transfers, tag: str = "", latency: float | None = None,
-                     wire_fraction: float = 1.0) -> simpy.Event:
+                     wire_fraction: float = 1.0, step_shift: float = 0.0) -> simpy.Event:
         """Start (src, dst, nbytes, steps) transfers at once; the event fires when all have landed.
 
         ``latency`` (a protocol's, see costs/nccl.py) replaces steps x the route's hop latencies;
-        ``wire_fraction`` < 1 means the protocol's flags take the rest of the wire: the payload
-        (what is counted) streams at that fraction of the rate. Transfers with equal latency share
+        ``step_shift`` is added to each step's route latency (a calibrated CPU rank's call late in a series:
+        sim/op_costs.py), at least 0 in all. ``wire_fraction`` < 1 means the protocol's flags take the
+        rest of the wire: the payload (what is counted) streams at that fraction of the rate. Transfers with equal latency share
         one SimPy timeout, so a 1,000-rank phase costs a handful of events rather than a process per rank.
         """
         done = self.env.event()
@@ -148,7 +149,8 @@ class Network:
             self.sent[src] += nbytes
             self.received[dst] += nbytes
             self.channel_bytes[route] += nbytes  # a route never repeats a channel
-            delay = steps * self.topology.route_latency(src, dst) if latency is None else latency
+            delay = (steps * max(self.topology.route_latency(src, dst) + step_shift, 0.0)
+                     if latency is None else latency)
             size = nbytes / wire_fraction
             if self.topology.latency_as_work:  # each end works half the latency, sharing its link (graph.py),
                 # once per pair and call: a coalesced call's pieces between two ranks go in one message

@@ -38,7 +38,7 @@ def test_series_wake_is_the_first_calls_extra_from_the_ranks_mean_compute_end():
     """Two ranks, two repetitions of a compute then 4 calls (clock times in ms): rank 1 ends computing
     1 ms after rank 0; the first call ends 2.5 ms after their mean end, each next call takes 2 ms: the
     first pays 0.5 ms more (the wait for rank 1). The second repetition pays 1.5 ms more: the mean."""
-    from simpar.calibrate.bench import series_wake
+    from simpar.calibrate.series import series_wake
 
     ms = lambda *t: [x * 1e-3 for x in t]
     rank0 = [ms(0, 3, 5, 7, 9), ms(10, 14, 16, 18, 20)]
@@ -46,6 +46,25 @@ def test_series_wake_is_the_first_calls_extra_from_the_ranks_mean_compute_end():
     assert series_wake([rank0, rank1]) == pytest.approx(1.0e-3)
     assert series_wake([[ms(0, 1, 3, 5)], [ms(0, 1, 3, 5)]]) == 0.0  # a first call cheaper than the next: 0
     assert series_wake([[], []]) == 0.0
+
+
+def test_series_late_is_the_later_calls_level_against_the_second_to_fourths():
+    """Two ranks, a compute then ten calls (ms): the first 3, the second to fourth 2, the fifth to ninth 1.5,
+    the last 2.6 (a compute follows it, left out): the later calls pay 0.5 less. Averaged over the ranks
+    repetition by repetition (rank 1's later calls 0.1 ms longer: -0.45); 0 without a long enough series."""
+    from simpar.calibrate.series import series_late, series_positions
+
+    def marks(later: float) -> list[float]:
+        calls = [3, 2, 2, 2] + [later] * 5 + [2.6]
+        return [1e-3 * sum(calls[:i]) for i in range(len(calls) + 1)]
+
+    expected = [1e-3 * c for c in [3, 2, 2, 2] + [1.5] * 5 + [2.6]]
+    assert series_positions([[marks(1.5)], [marks(1.5)]]) == pytest.approx(expected)
+    assert series_late(series_positions([[marks(1.5)], [marks(1.5)]])) == pytest.approx(-0.5e-3)
+    two = [[marks(1.5), marks(1.5)], [marks(1.6), marks(1.6)]]
+    assert series_late(series_positions(two)) == pytest.approx(-0.45e-3)
+    assert series_late(series_positions([[marks(1.5)[:5]], [marks(1.5)[:5]]])) == 0.0
+    assert series_positions([[], []]) == [] and series_late([]) == 0.0
 
 
 def test_pattern_rows_take_the_resume_off_what_the_calls_cost():

@@ -18,8 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
-from simpar.calibrate.bench import (PATTERN_OPS, PHASE_UNITS, SERIES, burst_worker, compute_worker, host_worker,
-                                   pattern_worker, phase_cost, phase_worker, ring_steps, ring_worker, series_wake)
+from simpar.calibrate.bench import (PATTERN_OPS, PHASE_UNITS, burst_worker, compute_worker, host_worker,
+                                   pattern_worker, phase_cost, phase_worker, ring_steps, ring_worker)
+from simpar.calibrate.series import SERIES, SERIES_SECONDS, series_late, series_positions, series_wake, series_worker
 from simpar.calibrate.pipeline_bench import late_recv_cost, late_worker, relay_worker
 from simpar.calibrate.profile import HardwareProfile, fit_collective_costs, fit_line, fit_unit_costs, machine_id
 from simpar.real import awake
@@ -109,6 +110,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
     host = launch(host_worker, 1, (OPTIMIZER_PARAMS, repeats), timeout=timeout)[0]
     slowdown, ring, wake, handoff, resume, resume_after_recv, shared = {"1": 1.0}, {}, {}, {}, {}, {}, {}
     curve, ps_curve, phase, unit_alone, issue, worker_server, short_wake, late = {}, {}, {}, {}, {}, {}, {}, {}
+    later_calls = {}
     for world in worlds:
         say(f"{world} ranks at once: compute and ring steps")
         ranks = launch(_both, world, (precision, repeats), timeout=timeout)
@@ -147,6 +149,11 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
         _, _, leg, leg_rate = fit_collective_costs([row for row in rows if row["op"] == "psreduce"], ps_wake)
         worker_server[str(world)] = [ps_wake, leg, leg_rate]
         ring[str(world)] = [step_alpha, bandwidth]
+        # the fifth and later calls of a series after computing (the executor's own ZeRO-3 gathers), per ring
+        # step of the all-gathers timed (world - 1 each)
+        series = launch(series_worker, world, (SERIES_SECONDS * repeats / 10,), timeout=timeout)
+        positions = series_positions([r["series"] for r in series])
+        later_calls[str(world)] = series_late(positions) / (world - 1)
         # a pipeline receive posted after its send: gloo's rendezvous makes it wait for the sender's thread
         late[str(world)] = late_recv_cost([r["late"] for r in ranks], bandwidth)
         # ... and how much more a call costs after a longer compute (the wait for the slowest rank grows)
@@ -159,7 +166,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
         shorts = [r["phases"]["short"] for r in ranks]
         short_wake[str(world)] = [statistics.fmean(m[1] - m[0] for marks in shorts for m in marks),
                                   series_wake([[m[1:] for m in marks] for marks in shorts])]
-        shared[str(world)] = {"ring_seconds": steps, "pattern": rows, "pattern_compute": inside,
+        shared[str(world)] = {"ring_seconds": steps, "pattern": rows, "pattern_compute": inside, "series": positions,
                               "wake_fitted_with_the_steps": fit_collective_costs(ring_rows)[0],
                               "pattern_compute_without_calls": without, "burst_together": burst["together"],
                               "relay": ranks[0]["relay"], "phases": phases,
@@ -184,7 +191,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
                            wake=wake, wake_curve=curve, wake_phase=phase, handoff=handoff, send_issue=issue,
                            late_recv=late,
                            worker_server=worker_server, worker_server_curve=ps_curve, wake_short=short_wake,
-                           resume=resume,
+                           resume=resume, series_late=later_calls,
                            resume_after_recv=resume_after_recv, resume_unit=unit_alone, between_ops=between,
                            optimizer_params_per_s=rates, optimizer_step={precision: step} if step else {},
                            tensor_work={precision: handling} if handling else {},

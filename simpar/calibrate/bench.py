@@ -20,6 +20,7 @@ from simpar.models import model
 from simpar.real.comm import CountingComm
 from simpar.real.model import build_model
 from simpar.real.states import make_optimizer
+from simpar.calibrate.series import SERIES
 from simpar.scenario import make_scenario
 from simpar.strategies.work import Work
 
@@ -143,7 +144,6 @@ def host_worker(ctx, params: list[int], repeats: int) -> dict:
 
 # handoff: a pipeline stage's send on, receive from behind; psreduce: the executor's Worker-Server all-reduce
 PATTERN_OPS = ("allgather", "allreduce", "handoff", "psreduce")
-SERIES = 4  # calls in a row after one unit's compute (and 1): ZeRO-3 gathers a layer's modules so
 
 
 def pattern_worker(ctx, sizes: list[int], repeats: int, rounds: int = 5) -> dict:
@@ -218,22 +218,6 @@ def pattern_worker(ctx, sizes: list[int], repeats: int, rounds: int = 5) -> dict
                 marks = series[op == "psreduce"] if calls > 1 and op != "handoff" else None
                 out.setdefault(f"{op}{size}x{calls}", []).append(beyond_compute(call, calls, marks))
     return out
-
-
-def series_wake(series_by_rank: list[list[list[float]]]) -> float:
-    """What the first of a series of calls after computing pays beyond each call after it, from
-    ``pattern_worker``'s timestamps (every rank's list of [compute end, each call's end], repetition by
-    repetition): per repetition, the first call's end less the compute's end, averaged over the ranks
-    as the simulator's one compute end stands for theirs, less the mean of the calls after it; the mean
-    over repetitions. Paired inside each repetition, it does not move with the machine's drift, as the
-    difference of a loop of 1 call and one of 4, taken seconds apart, did (0-1.9 ms at 2 ranks over six
-    calibrations); it holds both the wait for the slowest rank and a slow first call."""
-    extra = []
-    for marks in zip(*series_by_rank):  # one repetition, every rank
-        first = statistics.fmean(m[1] - m[0] for m in marks)
-        after = statistics.fmean((m[-1] - m[1]) / (len(m) - 2) for m in marks)
-        extra.append(first - after)
-    return max(statistics.fmean(extra), 0.0) if extra else 0.0
 
 
 # units computed before a call in phase_worker's loops: one (what the wake is measured after) to a whole

@@ -7,7 +7,8 @@ depends on how many kernels the unit launches: an embedding few, a transformer l
 collective of k ring steps moving s bytes each costs ``k (alpha + s / bandwidth)``, and the first
 one after computing ``wake`` more, fitted to the executor's own ring code run as a step runs it
 (a unit's compute, then one or several calls in a row; per world size: more ranks than cores slow
-every message); ``wake`` is the wait for a peer still computing and the wake-up of a blocked
+every message), the fifth and later calls of a longer series ``series_late`` more per step (less, as
+measured: calibrate/series.py); ``wake`` is the wait for a peer still computing and the wake-up of a blocked
 receive (``handoff``: the same for a pipeline send, which waits for one neighbour, not a group),
 ``resume`` what the first compute after a call pays more (``resume_after_recv`` after a pipeline
 receive, measured where the stages take turns; docs/calibration.md); ``resume`` was measured on a
@@ -28,6 +29,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from simpar.calibrate.series import SERIES
 from simpar.devices.specs import GPUSpec, HostSpec
 from simpar.errors import SimparError
 from simpar.real.cpu_profile import rank_processes
@@ -161,6 +163,10 @@ class HardwareProfile:
     # world -> [seconds of a short compute, what the first call after it pays beyond the calls after it]
     # (phase_worker's short loops); empty in older profiles: a call after any compute pays the whole wake
     wake_short: dict[str, list[float]] = field(default_factory=dict)
+    # world -> seconds per ring step a collective from the fifth on of a series after computing pays beyond
+    # the step latency (negative: less; the executor's own ZeRO-3 gathers timed call by call:
+    # calibrate/series.py); empty in older profiles: every call of a series at the step latency
+    series_late: dict[str, float] = field(default_factory=dict)
     # seconds per op of the plan the executor spends between ops, outside every timed op (compute_worker;
     # 0 in profiles from before it was measured)
     between_ops: float = 0.0
@@ -310,6 +316,8 @@ class HardwareProfile:
         topology.handoff_by_ranks = {int(k): float(v) for k, v in self.handoff.items()} or None
         topology.send_issue_by_ranks = {int(k): float(v) for k, v in self.send_issue.items()} or None
         topology.late_recv_by_ranks = {int(k): float(v) for k, v in self.late_recv.items()} or None
+        if self.series_late:
+            topology.series_late = (SERIES + 1, float(self._nearest(self.series_late, world)))
         if self.wake_short:
             topology.wake_short = tuple(float(x) for x in self._nearest(self.wake_short, world))
         if self.worker_server:

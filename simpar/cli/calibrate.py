@@ -140,10 +140,13 @@ def _save_and_show(profile, args, precision: str, what: str = "") -> int:
             grows = _growth(profile, world, "ps") if profile.worker_server_curve else "as the ring's"
             print(f"  {world:>5}   {short:>32}   {'+' + units.human_time(wake):>50}   {units.human_time(leg):>16}"
                   f"   {units.human_rate(rate):>13}   {grows:>33}")
-    if profile.late_recv:  # measured since the fifteenth stop
-        print("  ranks   pipeline receive posted after its send (beyond its bytes; gloo's rendezvous)")
+    if profile.late_recv:  # measured since the fifteenth stop (series_late since the seventeenth)
+        print("  ranks   pipeline receive posted after its send (beyond its bytes; gloo's rendezvous)"
+              "   fifth and later calls of a series after computing, per ring step")
         for world in sorted(int(k) for k in profile.late_recv):
-            print(f"  {world:>5}   {units.human_time(profile.late_recv[str(world)]):>20}")
+            late = profile.series_late.get(str(world))
+            shift = "-" if late is None else ("+" if late >= 0 else "-") + units.human_time(abs(late))
+            print(f"  {world:>5}   {units.human_time(profile.late_recv[str(world)]):>78}   {shift:>64}")
     return 0
 
 

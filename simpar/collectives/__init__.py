@@ -169,11 +169,12 @@ def call_delay(topology: Topology, wakes: bool, handoff: bool = False) -> float:
 
 
 def collective(network: Network, phases: list[Phase], tag: str = "", proto: nccl.Protocol | None = None,
-               wake: float = 0.0, algo: str | None = None) -> simpy.Process:
+               wake: float = 0.0, algo: str | None = None, step_shift: float = 0.0) -> simpy.Process:
     """A SimPy process running the phases one after another, each phase's transfers at once.
     Under an NCCL ``proto`` the call first pays its base latency, each phase its steps' latency;
     otherwise ``wake`` seconds (``OpCosts.wake``: 0 but on calibrated CPU ranks, right after computing),
-    and a Worker-Server call's legs their measured cost where the topology has it (``Topology.leg_pricing``)."""
+    and a Worker-Server call's legs their measured cost where the topology has it (``Topology.leg_pricing``);
+    elsewhere each step its route's latency and ``step_shift`` (``OpCosts.step_shift``: 0 but late in a series)."""
     topology = network.topology
     delay = wake if proto is None else 0.0
     legs = topology.leg_pricing(algo, phases) if proto is None else None
@@ -187,7 +188,7 @@ def collective(network: Network, phases: list[Phase], tag: str = "", proto: nccl
             label = f"{tag}{phase.name}"
             transfers = [(t.src, t.dst, t.nbytes, t.steps) for t in phase.transfers]
             if proto is None:
-                yield network.transfer_all(transfers, label, *(legs or ()))
+                yield network.transfer_all(transfers, label, *(legs or ()), step_shift=0.0 if legs else step_shift)
             else:
                 yield network.transfer_all(transfers, label, phase_latency(topology, proto, phase),
                                            proto.wire_fraction)

@@ -51,7 +51,8 @@ class _Durations:
                 self._cache[key] = self.costs.compute_time(self.plan.programs[pi], op)
             return self._cache[key] + self.costs.resume(pi, op)
         if isinstance(op, Collective):
-            key = (pi, op.op, op.algo, op.group, op.nbytes, op.pieces, op.itemsize, self.costs.wake(pi, op))
+            key = (pi, op.op, op.algo, op.group, op.nbytes, op.pieces, op.itemsize, self.costs.wake(pi, op),
+                   self.costs.step_shift(pi, op))
         elif isinstance(op, Send):
             key = ("send", pi, op.peer, op.nbytes, self.costs.wakes(pi, op))
         elif isinstance(op, Copy):
@@ -76,7 +77,7 @@ class _Durations:
                 return 0.0, Counter(), Counter(), None
             phases = plan_call(op, topology, [[gpus[r] for r in g] for g in groups])
             event = collective(network, phases, "", protocol_for(topology, op.algo or "ring", phases),
-                               self.costs.wake(pi, op), op.algo)
+                               self.costs.wake(pi, op), op.algo, self.costs.step_shift(pi, op))
         elif isinstance(op, Send):
             event = point_to_point(network, [(gpus[r], gpus[self.plan.grid.peer(r, op.peer)], op.nbytes, 1)
                                              for r in prog.ranks], wakes=self.costs.wakes(pi, op))

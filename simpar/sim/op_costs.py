@@ -32,6 +32,7 @@ class OpCosts:
                  or topology.resume_latency or topology.handoff_latency
                  or topology.resume_after_recv_latency or topology.between_ops)
         self.after_compute, self.after_network = self._turns() if turns else ({}, {})
+        self.later_calls = self._later_calls() if topology.series_late else {}
 
     def _turns(self) -> tuple[dict, dict]:
         """(program, op id) -> seconds of compute since the program's last network op (0 unless the topology's
@@ -79,6 +80,28 @@ class OpCosts:
                     phase = 0.0 if network else phase
                     last = op if network or isinstance(op, (Compute, Copy)) else last
         return woken, resumed
+
+    def _later_calls(self) -> dict:
+        """(program, op id) -> seconds per ring step of every collective at the topology's ``series_late``
+        position or later in a series of calls (collectives, sends, receives) after a compute or copy, in
+        its program's order (allocations aside): a rank's stalls thin out as the series goes on."""
+        start, shift = self.topology.series_late
+        later = {}
+        for pi, prog in enumerate(self.plan.programs):
+            position = 0
+            for op in prog.ops:
+                if isinstance(op, (Compute, Copy)):
+                    position = 0
+                elif isinstance(op, (Collective, Send, Recv)):
+                    position += 1
+                    if isinstance(op, Collective) and position >= start:
+                        later[(pi, op.id)] = shift
+        return later
+
+    def step_shift(self, pi: int, op: Collective) -> float:
+        """Seconds per ring step a collective pays beyond the step latency for its place in a series of
+        calls (``_later_calls``; 0 elsewhere)."""
+        return self.later_calls.get((pi, op.id), 0.0)
 
     def handling(self, op: Collective) -> float:
         """Seconds the executor spends on a data-parallel collective's data besides moving it: concatenating

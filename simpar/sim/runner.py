@@ -165,8 +165,8 @@ class Simulator:
         groups = self._groups[(pi, op.group)]
         if len(groups[0]) < 2:
             return None
-        wake = self.costs.wake(pi, op)
-        key = (op.op, op.algo, pi, op.group, op.nbytes, op.pieces, op.itemsize, wake)
+        wake, shift = self.costs.wake(pi, op), self.costs.step_shift(pi, op)
+        key = (op.op, op.algo, pi, op.group, op.nbytes, op.pieces, op.itemsize, wake, shift)
         entry = self._entries.get(key)
         if entry is None:
             gpus = self.topology.gpus
@@ -178,7 +178,7 @@ class Simulator:
             entry.replays += 1
             return self.env.timeout(entry.duration)
         start, before = self.env.now, self.network.channel_bytes.copy()
-        process = collective(self.network, entry.phases, f"{op.payload} ", entry.protocol, wake, op.algo)
+        process = collective(self.network, entry.phases, f"{op.payload} ", entry.protocol, wake, op.algo, shift)
         if self.replay:
             def record(_, entry=entry):
                 entry.duration = self.env.now - start

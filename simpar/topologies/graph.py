@@ -81,6 +81,9 @@ class Topology:
         # seconds the compute resume_latency was measured on takes alone: a shorter compute pays its share of it
         # (it is slower for a while, not held up a fixed time); 0: every compute pays it whole
         self.resume_unit = 0.0
+        # (position, seconds): a collective from that position on in a series of calls after computing pays
+        # that much more per ring step (less where negative: calibrate/series.py); None: none
+        self.series_late: tuple[int, float] | None = None
         self.between_ops = 0.0  # seconds per plan op the executor spends between its ops (its own work)
         # (seconds per parameter tensor, per parameter) the executor spends handling the data of a data-parallel
         # collective (flattening the units' tensors, scaling, re-pointing each): Python on the rank's core

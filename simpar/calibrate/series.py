@@ -1,0 +1,105 @@
+"""A series of calls right after computing, call by call: what its first call pays beyond the calls
+after it (``series_wake``), and how much less its later calls pay than its second to fourth
+(``series_late``), from timestamps taken around each call.
+
+Why the later calls: ``pattern_worker``'s rows of 1 and ``SERIES`` calls after a unit's compute fit the
+step latency on a series' second to fourth calls, and ZeRO-3 gathers a layer's modules in series of 8-10
+calls, whose later calls stall less (benchmarks/series_positions.py). At 2 ranks on the development VM
+(2026-11-26), the executor's own ZeRO-3 step timed its fifth to eighth calls of a series 0.09-0.20 ms
+below its second to fourth (six runs), where the step latency priced them alike. Bare ring all-gathers
+in a row (``CountingComm`` alone) drop by 0.22-0.49 ms instead: the executor's own work around each call
+(20 us of it, ``ModelStates`` handing the gathered modules back) leaves the ranks out of step, so more
+receives block and wait to be woken. So the series is timed through the executor's own code
+(``series_worker``: its ZeRO-3 gathers of a layer's modules, 0.50-0.69 ms later against 0.40-0.57 bare).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+SERIES = 4  # calls in a row after a unit's compute in pattern_worker's rows (and 1): the step latency's fit
+SERIES_SECONDS = 6.0  # how long series_worker times its series (at the default repeats)
+
+
+def _calls(marks: list[list[float]]) -> list[float]:
+    """Each rank's [compute end, each call's end] of one repetition -> the calls' times, averaged over the
+    ranks position by position (the simulator's one compute end stands for theirs)."""
+    return [statistics.fmean(m[i + 1] - m[i] for m in marks) for i in range(len(marks[0]) - 1)]
+
+
+def series_wake(series_by_rank: list[list[list[float]]]) -> float:
+    """What the first of a series of calls after computing pays beyond each call after it, from
+    ``pattern_worker``'s timestamps (every rank's list of [compute end, each call's end], repetition by
+    repetition): per repetition, the first call's time averaged over the ranks less the mean of the calls
+    after it; the mean over repetitions. Paired inside each repetition, it does not move with the
+    machine's drift, as the difference of a loop of 1 call and one of 4, taken seconds apart, did (0-1.9 ms
+    at 2 ranks over six calibrations); it holds both the wait for the slowest rank and a slow first call."""
+    extra = []
+    for marks in zip(*series_by_rank):  # one repetition, every rank
+        calls = _calls(list(marks))
+        extra.append(calls[0] - statistics.fmean(calls[1:]))
+    return max(statistics.fmean(extra), 0.0) if extra else 0.0
+
+
+def series_positions(series_by_rank: list[list[list[float]]]) -> list[float]:
+    """The mean time of each call of a series by its position (per repetition the ranks' mean, then the
+    repetitions'), from every rank's [compute end, each call's end] per repetition; [] without any."""
+    rows = [_calls(list(marks)) for marks in zip(*series_by_rank)]
+    return [statistics.fmean(row[i] for row in rows) for i in range(len(rows[0]))] if rows else []
+
+
+def series_late(positions: list[float]) -> float:
+    """Seconds a call from the (``SERIES`` + 1)-th on of a series after computing pays beyond its second to
+    fourth (negative: less): the mean of the fifth to the last but one of ``positions`` (the last pays
+    for the compute that follows it, as the rows' fourth did) less the mean of the second to fourth;
+    0 without a long enough series."""
+    if len(positions) < SERIES + 2:
+        return 0.0
+    return statistics.fmean(positions[SERIES:-1]) - statistics.fmean(positions[1:SERIES])
+
+
+def series_worker(ctx, seconds: float = SERIES_SECONDS) -> dict:
+    """The executor's own series: tiny-deep under ZeRO-3 on ``ctx.world`` ranks (``RankExecutor``, after
+    three steps), calibration's unit computed (``_unit_burst``), then the gathers of the third layer's
+    modules that come before its forward, each through the executor's own collective code, every rank at
+    once, repeated (the modules released again after each) until ``seconds`` have passed. {"series":
+    [[compute end, each call's end] per repetition, clock times], "bytes": [each call's]}."""
+    import torch
+    import torch.distributed as dist
+
+    from simpar.calibrate.bench import _unit_burst
+    from simpar.models import model
+    from simpar.plan import Collective, Compute
+    from simpar.real.executor import RankExecutor
+    from simpar.scenario import make_scenario
+
+    scenario = make_scenario(model("tiny-deep"), "zero3", ctx.world, micro_batch=2, topology="cpu-host")
+    executor = RankExecutor(ctx, scenario, seed=0)
+    try:
+        for step in range(3):
+            executor.step(step)
+        ops = executor.program.ops
+        layer = next(i for i, op in enumerate(ops) if isinstance(op, Compute) and op.unit == 3 and op.phase == "fwd")
+        start = max(i for i, op in enumerate(ops[:layer]) if isinstance(op, Compute))
+        calls = [op for op in ops[start:layer] if isinstance(op, Collective)]
+        unit, marks = _unit_burst(), []
+        for _ in range(3):
+            unit()
+        began, more = time.perf_counter(), torch.ones(1)
+        while more.item():
+            dist.barrier()
+            for _ in range(10):
+                unit()
+                ends = [time.perf_counter()]
+                for op in calls:
+                    executor._collective(op)
+                    ends.append(time.perf_counter())
+                marks.append(ends)
+                for op in calls:
+                    executor.states.release_module(op.units[0], op.modules[0])
+            more.fill_(float(time.perf_counter() - began < seconds))
+            dist.broadcast(more, 0)
+    finally:
+        executor.states.close()
+    return {"series": marks, "bytes": [op.nbytes for op in calls]}

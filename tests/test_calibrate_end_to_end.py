@@ -3,6 +3,7 @@ the profile recorded, the cases judged, the calibration after the runs taken and
 
 import json
 import math
+import os
 import subprocess
 import sys
 
@@ -29,7 +30,9 @@ def test_calibrate_then_validate_end_to_end(tmp_path, cli):
     assert extras == sorted(extras) and not data["wake_growth"]
     ps_phases, ps_extras = data["worker_server_curve"]["2"]  # the Worker-Server all-reduce's own
     assert len(ps_phases) == 5 and ps_extras[0] == 0.0 and ps_extras == sorted(ps_extras)
-    assert set(data["series_late"]) == {"2"} and abs(data["series_late"]["2"]) < 1.0  # the later calls' shift, measured
+    # the later calls' shift, measured where the ranks do not outnumber the cores
+    assert set(data["series_late"]) == ({"2"} if (os.cpu_count() or 1) >= 2 else set())
+    assert all(abs(shift) < 1.0 for shift in data["series_late"].values())
     assert set(data["wake_short"]) == {"2"} and data["wake_short"]["2"][0] > 0 <= data["wake_short"]["2"][1]
     assert min(data["sharded_work"]["fp32"]["gather"]) >= 0 < sum(data["sharded_work"]["fp32"]["gather"])
     assert min(data["sharded_work"]["fp32"]["scatter"]) >= 0 < sum(data["sharded_work"]["fp32"]["scatter"])

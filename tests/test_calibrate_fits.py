@@ -49,22 +49,26 @@ def test_series_wake_is_the_first_calls_extra_from_the_ranks_mean_compute_end():
 
 
 def test_series_late_is_the_later_calls_level_against_the_second_to_fourths():
-    """Two ranks, a compute then ten calls (ms): the first 3, the second to fourth 2, the fifth to ninth 1.5,
-    the last 2.6 (a compute follows it, left out): the later calls pay 0.5 less. Averaged over the ranks
-    repetition by repetition (rank 1's later calls 0.1 ms longer: -0.45); 0 without a long enough series."""
+    """Two ranks, a compute then ten calls (ms): the first 3, the second to fourth 2, the fifth to ninth 1.5
+    or 1.4 (every other repetition), the last 2.6 (a compute follows it, left out): the later calls pay
+    0.55 less on average, paired repetition by repetition and averaged over the ranks (rank 1's later
+    calls 0.1 ms longer: 0.5 less). A drop within twice its standard error of 0, or a series too short
+    for it, is 0."""
     from simpar.calibrate.series import series_late, series_positions
 
     def marks(later: float) -> list[float]:
         calls = [3, 2, 2, 2] + [later] * 5 + [2.6]
         return [1e-3 * sum(calls[:i]) for i in range(len(calls) + 1)]
 
-    expected = [1e-3 * c for c in [3, 2, 2, 2] + [1.5] * 5 + [2.6]]
-    assert series_positions([[marks(1.5)], [marks(1.5)]]) == pytest.approx(expected)
-    assert series_late(series_positions([[marks(1.5)], [marks(1.5)]])) == pytest.approx(-0.5e-3)
-    two = [[marks(1.5), marks(1.5)], [marks(1.6), marks(1.6)]]
-    assert series_late(series_positions(two)) == pytest.approx(-0.45e-3)
-    assert series_late(series_positions([[marks(1.5)[:5]], [marks(1.5)[:5]]])) == 0.0
-    assert series_positions([[], []]) == [] and series_late([]) == 0.0
+    reps = [marks(1.5), marks(1.4)] * 3
+    expected = [1e-3 * c for c in [3, 2, 2, 2] + [1.45] * 5 + [2.6]]
+    assert series_positions([reps, reps]) == pytest.approx(expected)
+    assert series_late([reps, reps]) == pytest.approx(-0.55e-3)
+    assert series_late([reps, [marks(1.6), marks(1.5)] * 3]) == pytest.approx(-0.5e-3)
+    noisy = [marks(0.5), marks(3.0)] * 3  # a drop of -0.25 ms, its standard error 0.56: nothing told
+    assert series_late([noisy, noisy]) == 0.0
+    assert series_late([[m[:5] for m in reps]] * 2) == 0.0
+    assert series_positions([[], []]) == [] and series_late([[], []]) == 0.0
 
 
 def test_pattern_rows_take_the_resume_off_what_the_calls_cost():

@@ -165,7 +165,8 @@ class HardwareProfile:
     wake_short: dict[str, list[float]] = field(default_factory=dict)
     # world -> seconds per ring step a collective from the fifth on of a series after computing pays beyond
     # the step latency (negative: less; the executor's own ZeRO-3 gathers timed call by call:
-    # calibrate/series.py); empty in older profiles: every call of a series at the step latency
+    # calibrate/series.py), for world sizes up to the cores; elsewhere (and in older profiles) every call
+    # of a series at the step latency
     series_late: dict[str, float] = field(default_factory=dict)
     # seconds per op of the plan the executor spends between ops, outside every timed op (compute_worker;
     # 0 in profiles from before it was measured)
@@ -316,8 +317,8 @@ class HardwareProfile:
         topology.handoff_by_ranks = {int(k): float(v) for k, v in self.handoff.items()} or None
         topology.send_issue_by_ranks = {int(k): float(v) for k, v in self.send_issue.items()} or None
         topology.late_recv_by_ranks = {int(k): float(v) for k, v in self.late_recv.items()} or None
-        if self.series_late:
-            topology.series_late = (SERIES + 1, float(self._nearest(self.series_late, world)))
+        if str(world) in self.series_late:  # measured where ranks do not outnumber cores, for that world alone
+            topology.series_late = (SERIES + 1, float(self.series_late[str(world)]))
         if self.wake_short:
             topology.wake_short = tuple(float(x) for x in self._nearest(self.wake_short, world))
         if self.worker_server:

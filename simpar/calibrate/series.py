@@ -49,14 +49,19 @@ def series_positions(series_by_rank: list[list[list[float]]]) -> list[float]:
     return [statistics.fmean(row[i] for row in rows) for i in range(len(rows[0]))] if rows else []
 
 
-def series_late(positions: list[float]) -> float:
+def series_late(series_by_rank: list[list[list[float]]]) -> float:
     """Seconds a call from the (``SERIES`` + 1)-th on of a series after computing pays beyond its second to
-    fourth (negative: less): the mean of the fifth to the last but one of ``positions`` (the last pays
-    for the compute that follows it, as the rows' fourth did) less the mean of the second to fourth;
-    0 without a long enough series."""
-    if len(positions) < SERIES + 2:
+    fourth (negative: less), from every rank's [compute end, each call's end] per repetition: per
+    repetition (the ranks' mean) the fifth to the last but one calls' mean (the last pays for the compute
+    that follows it, as the rows' fourth did) less the second to fourth's; their mean over repetitions,
+    0 where it lies within twice its standard error of 0 (at 8 ranks on 2 cores a call takes 20-29 ms,
+    and 40 repetitions cannot tell a fraction of a millisecond) or the series is too short."""
+    rows = [_calls(list(marks)) for marks in zip(*series_by_rank)]
+    if len(rows) < 2 or len(rows[0]) < SERIES + 2:
         return 0.0
-    return statistics.fmean(positions[SERIES:-1]) - statistics.fmean(positions[1:SERIES])
+    drops = [statistics.fmean(row[SERIES:-1]) - statistics.fmean(row[1:SERIES]) for row in rows]
+    late, error = statistics.fmean(drops), statistics.stdev(drops) / len(drops) ** 0.5
+    return late if abs(late) > 2 * error else 0.0
 
 
 def series_worker(ctx, seconds: float = SERIES_SECONDS) -> dict:

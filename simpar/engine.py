@@ -124,8 +124,9 @@ class Network:
         ``latency`` (a protocol's, see costs/nccl.py) replaces steps x the route's hop latencies;
         ``step_shift`` is added to each step's route latency (a calibrated CPU rank's call late in a series:
         sim/op_costs.py), at least 0 in all. ``wire_fraction`` < 1 means the protocol's flags take the
-        rest of the wire: the payload (what is counted) streams at that fraction of the rate. Transfers with equal latency share
-        one SimPy timeout, so a 1,000-rank phase costs a handful of events rather than a process per rank.
+        rest of the wire: the payload (what is counted) streams at that fraction of the rate. Transfers
+        with equal latency share one SimPy timeout, so a 1,000-rank phase costs a handful of events
+        rather than a process per rank.
         """
         done = self.env.event()
         by_latency: dict[float, list[_Flow]] = defaultdict(list)

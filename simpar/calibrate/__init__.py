@@ -20,9 +20,9 @@ import numpy as np
 
 from simpar.calibrate.bench import (PATTERN_OPS, PHASE_UNITS, burst_worker, compute_worker, host_worker,
                                    pattern_worker, phase_cost, phase_worker, ring_steps, ring_worker)
-from simpar.calibrate.series import SERIES, SERIES_SECONDS, series_late, series_positions, series_wake, series_worker
 from simpar.calibrate.pipeline_bench import late_recv_cost, late_worker, relay_worker
 from simpar.calibrate.profile import HardwareProfile, fit_collective_costs, fit_line, fit_unit_costs, machine_id
+from simpar.calibrate.series import SERIES, SERIES_SECONDS, series_late, series_positions, series_wake, series_worker
 from simpar.real import awake
 from simpar.real.launch import launch
 

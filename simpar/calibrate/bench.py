@@ -16,11 +16,11 @@ import time
 import torch
 import torch.distributed as dist
 
+from simpar.calibrate.series import SERIES
 from simpar.models import model
 from simpar.real.comm import CountingComm
 from simpar.real.model import build_model
 from simpar.real.states import make_optimizer
-from simpar.calibrate.series import SERIES
 from simpar.scenario import make_scenario
 from simpar.strategies.work import Work
 

@@ -69,7 +69,7 @@ def series_worker(ctx, seconds: float = SERIES_SECONDS) -> dict:
     three steps), calibration's unit computed (``_unit_burst``), then the gathers of the third layer's
     modules that come before its forward, each through the executor's own collective code, every rank at
     once, repeated (the modules released again after each) until ``seconds`` have passed. {"series":
-    [[compute end, each call's end] per repetition, clock times], "bytes": [each call's]}."""
+    [[compute end, each call's end] per repetition, clock times]}."""
     import torch
     import torch.distributed as dist
 
@@ -107,4 +107,4 @@ def series_worker(ctx, seconds: float = SERIES_SECONDS) -> dict:
             dist.broadcast(more, 0)
     finally:
         executor.states.close()
-    return {"series": marks, "bytes": [op.nbytes for op in calls]}
+    return {"series": marks}

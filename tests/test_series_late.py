@@ -70,3 +70,12 @@ def test_a_later_call_never_prices_its_steps_below_nothing():
     floor = simulate(scenario, topology=profile.topology(2, "fp32"), serial=True).step_time_s
     profile.series_late = {"2": -20.0}
     assert simulate(scenario, topology=profile.topology(2, "fp32"), serial=True).step_time_s == floor > 0
+
+
+def test_a_world_size_without_its_own_measurement_prices_no_shift():
+    """The shift is measured where the ranks do not outnumber the cores: a profile with it at 2 ranks alone
+    prices 4 ranks' series at the step latency (no nearest world's figure borrowed)."""
+    profile = _profile()
+    profile.series_late = {"2": -2e-5}
+    assert profile.topology(2, "fp32").series_late == (5, -2e-5)
+    assert profile.topology(4, "fp32").series_late is None

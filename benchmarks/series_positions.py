@@ -11,7 +11,7 @@ fifth to last but one, and the last (a compute follows it).
 
 Why: ``simpar calibrate`` fits the step latency on rows of 1 and 4 calls after the unit, and ZeRO-3
 gathers a layer's modules in series of 8-10 calls. On the development VM (2 ranks, 2026-11-26) the
-later calls took 0.28-0.45 ms less than the second to fourth after the unit, about half that after
+later calls took 0.22-0.49 ms less than the second to fourth after the unit, about half that after
 the short compute; the executor's own ZeRO-3 step, op by op, showed a drop of 0.1-0.2 ms by position
 (docs/calibration.md, "Calls later in a series"). Nothing here is priced.
 """
@@ -30,6 +30,7 @@ def worker(ctx, seconds: float, calls: int) -> dict:
     import torch.distributed as dist
 
     from simpar.calibrate.bench import _short_burst, _unit_burst
+    from simpar.calibrate.series import timed_series
     from simpar.real.comm import CountingComm
 
     comm, group, n = CountingComm(ctx.rank), list(range(ctx.world)), ctx.world
@@ -48,16 +49,9 @@ def worker(ctx, seconds: float, calls: int) -> dict:
     small[0]()
     marks: dict[str, list[list[float]]] = {key: [] for key in variants}
     began, more = time.perf_counter(), torch.ones(1)
-    while more.item():
+    while more.item():  # the variants interleaved, ten repetitions of each at a time; rank 0 says when to stop
         for key, (compute, series) in variants.items():
-            dist.barrier()
-            for _ in range(10):
-                compute()
-                ends = [time.perf_counter()]
-                for call in series:
-                    call()
-                    ends.append(time.perf_counter())
-                marks[key].append(ends)
+            marks[key] += timed_series(compute, series, 0.0)
         more.fill_(float(time.perf_counter() - began < seconds))
         dist.broadcast(more, 0)
     return marks
@@ -71,16 +65,16 @@ def main() -> None:
     args = parser.parse_args()
     if args.calls < 6:
         parser.error("--calls: at least 6 (the second to fourth, the fifth on, and the last)")
+    from simpar.calibrate.series import series_positions
     from simpar.real.launch import launch
 
     ranks = launch(worker, args.ranks, (args.seconds, args.calls), timeout=args.seconds * 4 + 300)
     print(f"{args.ranks} ranks, {args.calls} ring all-gathers in a row after computing; mean ms by position")
     for key in ranks[0]:
-        times = [[b - a for a, b in zip(m, m[1:])] for r in ranks for m in r[key]]
-        means = [1e3 * statistics.fmean(t[i] for t in times) for i in range(args.calls)]
+        means = [1e3 * t for t in series_positions([r[key] for r in ranks])]
         print(f"  {key:<18} {' '.join(f'{m:.3f}' for m in means)}   | 2nd-4th {statistics.fmean(means[1:4]):.3f}"
               f"   5th to last but one {statistics.fmean(means[4:-1]):.3f}   last {means[-1]:.3f}"
-              f"   ({len(times)} series)")
+              f"   ({len(ranks[0][key])} series)")
 
 
 if __name__ == "__main__":

@@ -64,15 +64,36 @@ def series_late(series_by_rank: list[list[list[float]]]) -> float:
     return late if abs(late) > 2 * error else 0.0
 
 
+def timed_series(compute, calls: list, seconds: float, after=None) -> list[list[float]]:
+    """``compute()``, then each of ``calls`` in a row, every rank at once, ten repetitions between barriers,
+    until ``seconds`` have passed (rank 0 decides, so every rank stops together); ``after()`` once each
+    repetition, untimed. Per repetition [compute end, each call's end], clock times."""
+    import torch
+    import torch.distributed as dist
+
+    marks, began, more = [], time.perf_counter(), torch.ones(1)
+    while more.item():
+        dist.barrier()
+        for _ in range(10):
+            compute()
+            ends = [time.perf_counter()]
+            for call in calls:
+                call()
+                ends.append(time.perf_counter())
+            marks.append(ends)
+            if after is not None:
+                after()
+        more.fill_(float(time.perf_counter() - began < seconds))
+        dist.broadcast(more, 0)
+    return marks
+
+
 def series_worker(ctx, seconds: float = SERIES_SECONDS) -> dict:
     """The executor's own series: tiny-deep under ZeRO-3 on ``ctx.world`` ranks (``RankExecutor``, after
     three steps), calibration's unit computed (``_unit_burst``), then the gathers of the third layer's
     modules that come before its forward, each through the executor's own collective code, every rank at
     once, repeated (the modules released again after each) until ``seconds`` have passed. {"series":
     [[compute end, each call's end] per repetition, clock times]}."""
-    import torch
-    import torch.distributed as dist
-
     from simpar.calibrate.bench import _unit_burst
     from simpar.models import model
     from simpar.plan import Collective, Compute
@@ -87,24 +108,16 @@ def series_worker(ctx, seconds: float = SERIES_SECONDS) -> dict:
         ops = executor.program.ops
         layer = next(i for i, op in enumerate(ops) if isinstance(op, Compute) and op.unit == 3 and op.phase == "fwd")
         start = max(i for i, op in enumerate(ops[:layer]) if isinstance(op, Compute))
-        calls = [op for op in ops[start:layer] if isinstance(op, Collective)]
-        unit, marks = _unit_burst(), []
+        gathers = [op for op in ops[start:layer] if isinstance(op, Collective)]
+        unit = _unit_burst()
         for _ in range(3):
             unit()
-        began, more = time.perf_counter(), torch.ones(1)
-        while more.item():
-            dist.barrier()
-            for _ in range(10):
-                unit()
-                ends = [time.perf_counter()]
-                for op in calls:
-                    executor._collective(op)
-                    ends.append(time.perf_counter())
-                marks.append(ends)
-                for op in calls:
-                    executor.states.release_module(op.units[0], op.modules[0])
-            more.fill_(float(time.perf_counter() - began < seconds))
-            dist.broadcast(more, 0)
+
+        def release():
+            for op in gathers:
+                executor.states.release_module(op.units[0], op.modules[0])
+
+        marks = timed_series(unit, [lambda op=op: executor._collective(op) for op in gathers], seconds, release)
     finally:
         executor.states.close()
     return {"series": marks}

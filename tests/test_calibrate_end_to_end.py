@@ -36,6 +36,12 @@ def test_calibrate_then_validate_end_to_end(tmp_path, cli):
     assert set(data["wake_short"]) == {"2"} and data["wake_short"]["2"][0] > 0 <= data["wake_short"]["2"][1]
     assert min(data["sharded_work"]["fp32"]["gather"]) >= 0 < sum(data["sharded_work"]["fp32"]["gather"])
     assert min(data["sharded_work"]["fp32"]["scatter"]) >= 0 < sum(data["sharded_work"]["fp32"]["scatter"])
+    from simpar.calibrate.cold import TAUS
+
+    cold = data["unit_cold"]["fp32"]  # the once-a-step units' cold caches, fitted on gaps the steps timed
+    assert cold["tau"] in TAUS and all(cold[phase][kind] >= 0 for phase in ("fwd", "bwd") for kind in cold[phase])
+    row = data["samples"]["compute"][0]
+    assert len(row["fwd_gaps"]) == 1 and row["fwd_gaps"][0] > 0  # an embedding: one a step, a step apart
     for phase in ("fwd", "bwd"):  # overheads per unit kind (never negative) and a FLOP rate
         fit = data["compute"]["fp32"][phase]
         assert len(fit) == 4 and all(math.isfinite(v) and v >= 0 for v in fit) and fit[-1] > 0

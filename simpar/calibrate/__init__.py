@@ -21,7 +21,9 @@ import numpy as np
 from simpar.calibrate.bench import (PATTERN_OPS, PHASE_UNITS, burst_worker, compute_worker, host_worker,
                                    pattern_worker, phase_cost, phase_worker, ring_steps, ring_worker)
 from simpar.calibrate.pipeline_bench import late_recv_cost, late_worker, relay_worker
-from simpar.calibrate.profile import HardwareProfile, fit_collective_costs, fit_line, fit_unit_costs, machine_id
+from simpar.calibrate.cold import COLD_KINDS, TAUS
+from simpar.calibrate.profile import (HardwareProfile, fit_collective_costs, fit_line, fit_unit_costs, machine_id,
+                                     unit_fit_residual)
 from simpar.calibrate.series import SERIES, SERIES_SECONDS, series_late, series_positions, series_wake, series_worker
 from simpar.real import awake
 from simpar.real.launch import launch
@@ -94,6 +96,8 @@ def average_passes(passes: list[list[dict]]) -> list[dict]:
         for phase in [p for p in timed if p in row]:
             row[f"passes_{phase}"] = [r[phase] for r in same]
             row[phase] = statistics.fmean(row[f"passes_{phase}"])
+        for gaps in [g for g in ("fwd_gaps", "bwd_gaps") if all(g in r for r in same)]:  # position by position
+            row[gaps] = [statistics.fmean(values) for values in zip(*(r[gaps] for r in same))]
         rows.append(row)
     return rows
 
@@ -179,7 +183,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
         say(f"compute, one rank (pass {len(passes) + 1})")
         passes.append(compute_pass(precision, repeats, timeout))
     alone = average_passes(passes)
-    compute, between, step, table, scores = fit_compute(alone)
+    compute, between, step, table, scores, cold = fit_compute(alone)
     handling, sharded = fit_tensor_work(alone), fit_sharded_work(alone)
     rates = {}
     for name in ("adam", "sgd"):
@@ -200,6 +204,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
                            tensor_work={precision: handling} if handling else {},
                            sharded_work={precision: sharded} if sharded else {},
                            embedding_table={precision: table}, attention_scores={precision: scores},
+                           unit_cold={precision: cold} if cold else {},
                            copy_bytes_per_s=1.0 / seconds_per_byte if seconds_per_byte else 1e11,
                            samples={"compute": alone, "host": host, "shared": shared,
                                     "ring_sizes": RING_SIZES})
@@ -210,18 +215,25 @@ def compute_pass(precision: str = "fp32", repeats: int = 10, timeout: float = 60
     return launch(compute_worker, 1, (MODELS, BATCHES, precision, repeats), timeout=timeout)[0]
 
 
-def fit_compute(alone: list[dict]) -> tuple[dict, float, list[float], float, list[float]]:
+def fit_compute(alone: list[dict]) -> tuple[dict, float, list[float], float, list[float], dict]:
     """({phase: unit costs} fitted to ``average_passes``' rows, the executor's work between ops per op of
     the plan: one figure for every model and batch, as it is Python around each op, not the op's work;
     its optimizer step [seconds per step, parameters per second]: a line over the models' sizes; seconds per
     element of the embedding's table in its backward; [forward, backward] seconds per attention score of a
-    layer: ``fit_unit_costs``)."""
-    compute, scores = {}, []
-    for phase, extras in (("fwd", ("scores",)), ("bwd", ("table", "scores"))):
-        compute[phase], fitted = fit_unit_costs(alone, phase, extras)
+    layer: ``fit_unit_costs``; the embedding's and head's cold caches, {"tau", "fwd", "bwd"}: the decay time
+    of ``cold.TAUS`` that leaves the least relative error over both phases, {} for rows without gaps)."""
+    phases = (("fwd", ("scores",)), ("bwd", ("table", "scores")))
+    timed_gaps = all("fwd_gaps" in row for row in alone)
+    tau = min(TAUS, key=lambda t: sum(unit_fit_residual(alone, phase, extras, t) for phase, extras in phases)) \
+        if timed_gaps else 0.0
+    compute, scores, cold = {}, [], {"tau": tau} if timed_gaps else {}
+    for phase, extras in phases:
+        compute[phase], fitted = fit_unit_costs(alone, phase, extras, tau)
         scores.append(fitted["scores"])
+        if cold:
+            cold[phase] = {kind: fitted[f"cold_{kind}"] for kind in COLD_KINDS}
     step = fit_optimizer_step(alone)
-    return compute, statistics.fmean(row["between_ops_s"] for row in alone), step, fitted["table"], scores
+    return compute, statistics.fmean(row["between_ops_s"] for row in alone), step, fitted["table"], scores, cold
 
 
 def fit_tensor_work(alone: list[dict], key: str = "reduce_s") -> list[float]:
@@ -270,7 +282,7 @@ def retimed(profile: HardwareProfile, passes: list[list[dict]], precision: str) 
     """A copy of ``profile`` whose unit compute, work between ops and optimizer step are fitted to ``passes``
     (of ``compute_pass``) instead; everything else (collectives, sharing, wake, resume) as calibrated."""
     alone = average_passes(passes)
-    fitted, between, step, table, scores = fit_compute(alone)
+    fitted, between, step, table, scores, cold = fit_compute(alone)
     steps = {**profile.optimizer_step, precision: step} if step else profile.optimizer_step
     handling = fit_tensor_work(alone)
     handled = {**profile.tensor_work, precision: handling} if handling else profile.tensor_work
@@ -280,6 +292,7 @@ def retimed(profile: HardwareProfile, passes: list[list[dict]], precision: str) 
                    tensor_work=handled, sharded_work=sharded,
                    embedding_table={**profile.embedding_table, precision: table},
                    attention_scores={**profile.attention_scores, precision: scores},
+                   unit_cold={**profile.unit_cold, precision: cold} if cold else profile.unit_cold,
                    samples={**profile.samples, "compute_retimed": alone})
 
 

@@ -16,6 +16,7 @@ import time
 import torch
 import torch.distributed as dist
 
+from simpar.calibrate.cold import GapClock
 from simpar.calibrate.series import SERIES
 from simpar.models import model
 from simpar.real.comm import CountingComm
@@ -74,9 +75,14 @@ def compute_worker(ctx, models: list[str], batches: list[int], precision: str, r
             handled: list[float] = []  # the gradients' all-reduce op: on one rank, flattening and re-pointing
             gathered: list[float] = []  # ZeRO-1/2's all-gather: the parameters copied out of a buffer
             scattered: list[float] = []  # ZeRO-2's reduce-scatter: the gradients concatenated, then dropped
+            clock = GapClock()  # each unit's time since the last of its kind (calibrate/cold.py)
             try:
                 for step in range(repeats + 2):
                     executor.step(step)
+                    t0 = executor.recorder.step_started
+                    clock.add_step([(spec.unit_kind(ops[e["op"]].unit), ops[e["op"]].phase, t0 + e["start"],
+                                     t0 + e["end"]) for e in executor.recorder.timeline
+                                    if getattr(ops[e["op"]], "phase", None) in ("fwd", "bwd")], keep=step >= 2)
                     if step >= 2:
                         recorder = executor.recorder
                         between.append(between_ops(recorder.step_times[-1], recorder.timeline, len(ops)))
@@ -100,6 +106,7 @@ def compute_worker(ctx, models: list[str], batches: list[int], precision: str, r
                              "scores": spec.attention_scores(b) if kind == "layer" else 0,
                              "fwd_s": statistics.fmean(seconds[(kind, "fwd")]),
                              "bwd_s": statistics.fmean(seconds[(kind, "bwd")]),
+                             "fwd_gaps": clock.gaps(kind, "fwd"), "bwd_gaps": clock.gaps(kind, "bwd"),
                              "between_ops_s": statistics.fmean(between), "params": spec.params,
                              "step_s": statistics.fmean(stepped), "reduce_s": statistics.fmean(handled),
                              "gather_s": statistics.fmean(gathered), "scatter_s": statistics.fmean(scattered),

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from simpar.calibrate.cold import COLD_KINDS, cold_share
 from simpar.calibrate.series import SERIES
 from simpar.devices.specs import GPUSpec, HostSpec
 from simpar.errors import SimparError
@@ -59,7 +60,8 @@ def fit_line(xs, ys) -> tuple[float, float]:
     return intercept, slope
 
 
-def fit_unit_costs(rows: list[dict], phase: str, extras: tuple[str, ...] = ()) -> tuple[list[float], dict]:
+def fit_unit_costs(rows: list[dict], phase: str, extras: tuple[str, ...] = (),
+                   tau: float = 0.0) -> tuple[list[float], dict]:
     """([overhead of an embedding, a layer, a head, FLOP/s], {extra: seconds per one of it}) fitted to ``rows``
     (kind, flops, seconds, and each of ``extras``: "table", the embedding's table elements; "scores", a
     layer's attention scores, batch x heads x seq^2; 0 where a row lacks it) by least squares
@@ -76,11 +78,37 @@ def fit_unit_costs(rows: list[dict], phase: str, extras: tuple[str, ...] = ()) -
     long inside a step. The scores term prices the CPU attention kernel's
     work per score, whatever the head's size: interleaved on one rank, a layer of 8 heads of 8 took 9-20 %
     longer backward than one of 4 heads of 16 with the same FLOPs, the extra growing as seq^2 x heads
-    (2.5-3.2 ns a score forward, 7-10 ns backward, at seq 32-128)."""
+    (2.5-3.2 ns a score forward, 7-10 ns backward, at seq 32-128). With ``tau`` (and rows that timed their
+    gaps) the embedding and the head pay ``cold_<kind>`` x their ops' mean ``1 - exp(-gap / tau)`` besides:
+    the caches they find cold (calibrate/cold.py)."""
+    design, seconds, extras = _unit_design(rows, phase, extras, tau)
+    coefficients = _nonnegative_fit(design, seconds)
+    per_flop = max(float(coefficients[-1]), 1e-15)
+    overheads = [float(c) for c in coefficients[:len(UNIT_KINDS)]]
+    per_extra = {extra: float(coefficients[len(UNIT_KINDS) + i]) for i, extra in enumerate(extras)}
+    return overheads + [1.0 / per_flop], per_extra
+
+
+def unit_fit_residual(rows: list[dict], phase: str, extras: tuple[str, ...], tau: float) -> float:
+    """The sum of squared relative errors ``fit_unit_costs`` leaves on ``rows`` (how ``tau`` is chosen)."""
+    design, seconds, _ = _unit_design(rows, phase, extras, tau)
+    priced = design @ _nonnegative_fit(design, seconds)
+    return float(np.sum((priced / seconds - 1.0) ** 2))
+
+
+def _unit_design(rows: list[dict], phase: str, extras: tuple[str, ...], tau: float):
+    if tau > 0 and all(f"{phase}_gaps" in r for r in rows):
+        extras = extras + tuple(f"cold_{kind}" for kind in COLD_KINDS)
+        rows = [{**r, **{f"cold_{k}": cold_share(r[f"{phase}_gaps"], tau) if r["unit"] == k else 0.0
+                         for k in COLD_KINDS}} for r in rows]
     columns = [[r["unit"] == k for k in UNIT_KINDS] + [r.get(extra, 0) for extra in extras] + [r[f"{phase}_flops"]]
                for r in rows]
-    design = np.array(columns, dtype=float)
-    seconds = np.array([r[f"{phase}_s"] for r in rows])
+    return np.array(columns, dtype=float), np.array([r[f"{phase}_s"] for r in rows]), extras
+
+
+def _nonnegative_fit(design: np.ndarray, seconds: np.ndarray) -> np.ndarray:
+    """Least squares of the relative error with every term but the last (the FLOPs') non-negative: one
+    that fits below zero is fixed at zero and the rest refitted without it."""
     weight = 1.0 / np.maximum(seconds, 1e-9)  # relative error; a zero timing (none in practice) stays finite
     free = list(range(design.shape[1]))
     while True:
@@ -88,12 +116,8 @@ def fit_unit_costs(rows: list[dict], phase: str, extras: tuple[str, ...] = ()) -
         coefficients[free] = np.linalg.lstsq(design[:, free] * weight[:, None], seconds * weight, rcond=None)[0]
         negative = [i for i in free[:-1] if coefficients[i] < 0]  # the FLOP term always stays
         if not negative:
-            break
+            return coefficients
         free.remove(min(negative, key=lambda i: coefficients[i]))
-    per_flop = max(float(coefficients[-1]), 1e-15)
-    overheads = [float(c) for c in coefficients[:len(UNIT_KINDS)]]
-    per_extra = {extra: float(coefficients[len(UNIT_KINDS) + i]) for i, extra in enumerate(extras)}
-    return overheads + [1.0 / per_flop], per_extra
 
 
 def fit_collective_costs(rows: list[dict], wake: float | None = None) -> tuple[float, float, float, float]:
@@ -189,6 +213,10 @@ class HardwareProfile:
     # precision -> [forward, backward] seconds per attention score of a layer (batch x heads x seq^2 on one
     # rank: ``fit_unit_costs``); empty in older profiles: a layer's cost by its FLOPs alone, whatever its heads
     attention_scores: dict[str, list[float]] = field(default_factory=dict)
+    # precision -> {"tau": seconds, "fwd": {kind: seconds}, "bwd": {...}}: what an embedding or head pays for
+    # the caches it finds cold, in full after a long gap since the last of its kind (calibrate/cold.py);
+    # empty in older profiles: their overheads alone
+    unit_cold: dict[str, dict] = field(default_factory=dict)
 
     # -- persistence ----------------------------------------------------------------------------
     def save(self, path: str) -> None:
@@ -293,6 +321,10 @@ class HardwareProfile:
         for phase, per_score in zip(("fwd", "bwd"), self.attention_scores.get(precision) or ()):
             costs[phase][0]["attention_scores"] = float(per_score)
         costs["step"] = self.step_cost(precision)
+        cold = self.unit_cold.get(precision)
+        if cold:
+            costs["cold"] = (float(cold["tau"]), {(kind, phase): float(seconds) for phase in ("fwd", "bwd")
+                                                  for kind, seconds in cold[phase].items()})
         rate = costs["fwd"][1]
         ram = 2**30 * 16
         device = GPUSpec("cpu-rank (calibrated)", rate, None, rate, rate, 1.0, ram, 1e12,

@@ -85,6 +85,11 @@ class Recorder:
         self.peak_total: dict[str, int] = defaultdict(int)  # memory -> the largest sum at one sample
         self._t0 = 0.0
 
+    @property
+    def step_started(self) -> float:
+        """The clock at the current (or last) step's start: the timeline's times are after it."""
+        return self._t0
+
     def clock(self) -> float:
         if self.device.type == "cuda":  # kernels run asynchronously: time what has finished
             torch.cuda.synchronize(self.device)

@@ -4,6 +4,7 @@ Shared by the SimPy simulator and the fixed-duration evaluator (sim/fast.py)."""
 
 from __future__ import annotations
 
+import math
 from collections import Counter, defaultdict
 
 from simpar.costs.kernels import Shape, unit_kernels
@@ -33,6 +34,7 @@ class OpCosts:
                  or topology.resume_after_recv_latency or topology.between_ops)
         self.after_compute, self.after_network = self._turns() if turns else ({}, {})
         self.later_calls = self._later_calls() if topology.series_late else {}
+        self.cold = self._cold_caches() if gpu.costs is not None and gpu.costs.get("cold") else {}
 
     def _turns(self) -> tuple[dict, dict]:
         """(program, op id) -> seconds of compute since the program's last network op (0 unless the topology's
@@ -98,6 +100,32 @@ class OpCosts:
                         later[(pi, op.id)] = shift
         return later
 
+    def _cold_caches(self) -> dict:
+        """(program, op id) -> seconds an embedding's or head's forward or backward pays for the caches it finds
+        cold (calibrate/cold.py): the profile's cold cost x ``1 - exp(-gap / tau)``, ``gap`` the compute since the
+        program's last op of the same kind, phase and piece, round the step (its first op's: the step before's
+        last), counted as ``_turns`` counts it (every rank computing at once; the executor's work between ops
+        and resumes included). Waits in calls are not counted: a step's once-a-micro-batch units are mostly
+        far enough apart that the decay is nearly whole (tiny-deep's one-rank step computes 12 ms)."""
+        tau, cold = self.gpu.costs["cold"]
+        table = self.topology.core_slowdown
+        slow = slowdown_at(table, self.plan.grid.world) if table else 1.0
+        paid = {}
+        for pi, prog in enumerate(self.plan.programs):
+            clock, ended = 0.0, {}
+            for lap in range(2):
+                for op in prog.ops:
+                    if not isinstance(op, Compute):
+                        continue
+                    kind = self.scenario.model.unit_kind(op.unit) if op.phase in ("fwd", "bwd") else None
+                    key = (kind, op.phase, op.part)
+                    if lap and op.device == "gpu" and cold.get((kind, op.phase)) and key in ended:
+                        share = self._overhead_share(kind, op) if op.part else 1.0
+                        paid[(pi, op.id)] = cold[(kind, op.phase)] * share * -math.expm1(-(clock - ended[key]) / tau)
+                    clock += (self.compute_time(prog, op) + self.after_network.get((pi, op.id), 0.0)) * slow
+                    ended[key] = clock
+        return paid
+
     def step_shift(self, pi: int, op: Collective) -> float:
         """Seconds per ring step a collective pays beyond the step latency for its place in a series of
         calls (``_later_calls``; 0 elsewhere)."""
@@ -157,9 +185,10 @@ class OpCosts:
         return (0.0 if phase is None else self.topology.collective_wake(phase, op.algo)) + self.handling(op)
 
     def resume(self, pi: int, op: Compute) -> float:
-        """What a compute pays on the executor's ranks beyond its work: the resume right after a call and
-        the executor's work between ops since the compute before it (0 elsewhere)."""
-        return self.after_network.get((pi, op.id), 0.0)
+        """What a compute pays on the executor's ranks beyond its work: the resume right after a call, the
+        executor's work between ops since the compute before it, and the caches an embedding or head finds
+        cold (0 elsewhere)."""
+        return self.after_network.get((pi, op.id), 0.0) + self.cold.get((pi, op.id), 0.0)
 
     def _machine_nodes(self) -> dict:
         nodes: dict = defaultdict(dict)

@@ -90,13 +90,17 @@ def test_embeddings_and_heads_pay_their_cold_caches_by_the_compute_since_the_las
     assert simulate(scenario, topology=topology, serial=True, replay=False).step_time_s == pytest.approx(after, rel=1e-12)
 
 
-def test_profiles_average_their_cold_caches():
+def test_profiles_average_their_cold_caches_and_units_fitted_with_them():
     from simpar.calibrate.average import average_profiles
 
     one, two = _profile(), _profile()
     one.unit_cold = {"fp32": {"tau": 4e-3, "fwd": {"embedding": 1e-4, "head": 2e-4}, "bwd": {"embedding": 0.0, "head": 3e-4}}}
     two.unit_cold = {"fp32": {"tau": 8e-3, "fwd": {"embedding": 3e-4, "head": 2e-4}, "bwd": {"embedding": 2e-5, "head": 1e-4}}}
-    averaged = average_profiles([one, two, _profile()], ["a", "b", "c"]).unit_cold["fp32"]  # c: calibrated before it
+    before = _profile()  # calibrated before the cold caches were fitted apart: its units' overheads hold them
+    before.compute = {"fp32": {"fwd": [90e-6, 100e-6, 150e-6, 50e9], "bwd": [40e-6, 200e-6, 190e-6, 40e9]}}
+    profile = average_profiles([one, two, before], ["a", "b", "c"])
+    assert profile.compute == one.compute  # a and b's (the same), not c's
+    averaged = profile.unit_cold["fp32"]
     assert averaged["tau"] == pytest.approx(6e-3)
     assert averaged["fwd"] == pytest.approx({"embedding": 2e-4, "head": 2e-4})
     assert averaged["bwd"] == pytest.approx({"embedding": 1e-5, "head": 2e-4})

@@ -33,6 +33,9 @@ _AVERAGED = ("compute", "slowdown", "ring", "optimizer_params_per_s", "copy_byte
              "unit_cold")
 
 
+_UNIT_FIT = ("compute", "embedding_table", "attention_scores", "unit_cold")  # fitted together (fit_compute)
+
+
 def _mean(values: list[float], rate: bool) -> float:
     if rate and all(v > 0 for v in values):  # seconds per unit of work, averaged, then back to a rate
         return len(values) / sum(1.0 / v for v in values)
@@ -69,7 +72,11 @@ def _merge(name: str, values: list, where: str, common: bool = False):
 
 def _measured(profiles: list[HardwareProfile], name: str) -> list:
     """Each profile's ``name``; a table some profiles lack (empty: calibrated before simpar measured it)
-    is averaged over those that have it, not refused."""
+    is averaged over those that have it, not refused. The units' fit comes from the profiles that fitted the
+    cold caches apart (``unit_cold``) where any did: the overheads of one fitted without them hold part of
+    them, and averaged in they would be paid twice."""
+    if name in _UNIT_FIT and any(p.unit_cold for p in profiles):
+        profiles = [p for p in profiles if p.unit_cold]
     values = [getattr(p, name) for p in profiles]
     if any(isinstance(v, dict) for v in values):
         return [v for v in values if v] or values[:1]

@@ -58,7 +58,9 @@ def compute_worker(ctx, models: list[str], batches: list[int], precision: str, r
     one rank communicates nothing: ``reduce_s`` is the executor's own handling of the data around any
     data-parallel collective (``tensors`` parameter tensors concatenated into one buffer, scaled, and
     each gradient re-pointed into it); ``gather_s`` what ZeRO-1/2's all-gather does instead and
-    ``scatter_s`` what ZeRO-2's reduce-scatter does, timed right after each step (``handling``)."""
+    ``scatter_s`` what ZeRO-2's reduce-scatter does, timed right after each step (``handling``). Each unit's
+    gap since the last of its kind and phase ended (``fwd_gaps``, ``bwd_gaps``: by its place in the step) is
+    what its cold caches are fitted on (calibrate/cold.py)."""
     from simpar.calibrate.handling import between_ops, time_gather, time_scatter
     from simpar.real.executor import RankExecutor
 

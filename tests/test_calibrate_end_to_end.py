@@ -40,6 +40,7 @@ def test_calibrate_then_validate_end_to_end(tmp_path, cli):
 
     cold = data["unit_cold"]["fp32"]  # the once-a-step units' cold caches, fitted on gaps the steps timed
     assert cold["tau"] in TAUS and all(cold[phase][kind] >= 0 for phase in ("fwd", "bwd") for kind in cold[phase])
+    assert result.stdout.count("cold caches: embedding") == 2  # printed for both phases
     row = data["samples"]["compute"][0]
     assert len(row["fwd_gaps"]) == 1 and row["fwd_gaps"][0] > 0  # an embedding: one a step, a step apart
     for phase in ("fwd", "bwd"):  # overheads per unit kind (never negative) and a FLOP rate

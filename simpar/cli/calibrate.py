@@ -99,6 +99,11 @@ def _save_and_show(profile, args, precision: str, what: str = "") -> int:
         scores = (profile.attention_scores.get(precision) or (0.0, 0.0))[phase == "bwd"]
         per_kind += f" + {1e9 * scores:.2f} ns per attention score of a layer" if scores else ""
         print(f"  {label:<10} overhead {per_kind}; FLOPs at {rate / 1e9:,.2f} GFLOP/s")
+        cold = profile.unit_cold.get(precision)
+        if cold:  # the once-a-step units' cold caches (calibrate/cold.py)
+            paid = ", ".join(f"{kind} {units.human_time(s)}" for kind, s in cold[phase].items())
+            print(f"  {'':<10} cold caches: {paid} more after a long gap since the last of its kind "
+                  f"(1 - exp(-gap / {units.human_time(cold['tau'])}) of it)")
     print(f"  optimizer  Adam {profile.optimizer_params_per_s['adam'] / 1e6:,.0f} M params/s on a bare tensor, "
           f"copies {units.human_rate(profile.copy_bytes_per_s)}")
     if profile.optimizer_step.get(precision):

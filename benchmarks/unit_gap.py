@@ -16,7 +16,7 @@ import argparse
 import statistics
 import time
 
-from simpar.calibrate.cold import cold_share
+from simpar.calibrate.cold import GapClock, cold_share
 from simpar.models import model
 from simpar.real.launch import launch
 from simpar.scenario import make_scenario
@@ -45,7 +45,7 @@ def gap_worker(ctx, models: list[str], pauses: list[float], how: str, steps: int
         scenario = make_scenario(spec, "ddp", 1, micro_batch=1, precision="fp32", topology="cpu-host")
         executor = RankExecutor(ctx, scenario, seed=0)
         ops = executor.program.ops
-        last: dict = {}  # (kind, phase) -> when its last op ended, whichever pause's step it was in
+        clock = GapClock()  # one clock: a unit's gap runs from the last of its kind, whichever pause's step
         seconds = {pause: {key: [] for key in KINDS} for pause in pauses}
         gaps = {pause: {key: [] for key in KINDS} for pause in pauses}
         try:
@@ -53,16 +53,15 @@ def gap_worker(ctx, models: list[str], pauses: list[float], how: str, steps: int
                 for pause in pauses:  # interleaved: every pause meets the same drift
                     _pause(how, pause)
                     executor.step(step)
-                    t0 = executor.recorder.step_started
+                    t0, units = executor.recorder.step_started, []
                     for entry in executor.recorder.timeline:
                         op = ops[entry["op"]]
-                        if getattr(op, "phase", None) not in ("fwd", "bwd"):
-                            continue
-                        key = (spec.unit_kind(op.unit), op.phase)
+                        if getattr(op, "phase", None) in ("fwd", "bwd"):
+                            units.append((spec.unit_kind(op.unit), op.phase, t0 + entry["start"], t0 + entry["end"]))
+                    for (kind, phase, start, end), gap in zip(units, clock.add_step(units, keep=False)):
                         if step >= 2:
-                            seconds[pause][key].append(entry["end"] - entry["start"])
-                            gaps[pause][key].append(t0 + entry["start"] - last[key])
-                        last[key] = t0 + entry["end"]
+                            seconds[pause][(kind, phase)].append(end - start)
+                            gaps[pause][(kind, phase)].append(gap)
         finally:
             executor.states.close()
         for pause in pauses:

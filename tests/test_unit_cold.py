@@ -15,8 +15,9 @@ def test_the_gap_clock_times_each_op_since_the_last_of_its_kind_and_phase():
     clock = GapClock()
     step = [("embedding", "fwd", 0.0, 1.0), ("layer", "fwd", 1.0, 2.0), ("layer", "fwd", 2.5, 3.0),
             ("layer", "bwd", 3.0, 4.0), ("embedding", "bwd", 4.0, 5.0)]
-    for k in range(3):  # the first step's ops have no op before them; the second's are left out (keep=False)
-        clock.add_step([(kind, phase, start + 10 * k, end + 10 * k) for kind, phase, start, end in step], k == 2)
+    returned = [clock.add_step([(kind, phase, start + 10 * k, end + 10 * k) for kind, phase, start, end in step], k == 2)
+                for k in range(3)]  # the first step's ops have no op before them; the second's are left out
+    assert returned[0] == [None, None, 0.5, None, None] and returned[1] == returned[2] == [9.0, 8.0, 0.5, 9.0, 9.0]
     assert clock.gaps("embedding", "fwd") == [9.0]  # from the step before's end (1.0 + 10) to 20.0
     assert clock.gaps("layer", "fwd") == [8.0, 0.5]  # 13.0 -> 21.0; the second layer right after the first
     assert clock.gaps("layer", "bwd") == [9.0]

@@ -42,15 +42,19 @@ class GapClock:
         self._last: dict[tuple[str, str], float] = {}
         self._gaps: dict[tuple[str, str], dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
 
-    def add_step(self, units: list[tuple[str, str, float, float]], keep: bool) -> None:
-        """One step's units in order, as (kind, phase, start, end) on one clock; ``keep``: record its gaps."""
+    def add_step(self, units: list[tuple[str, str, float, float]], keep: bool) -> list[float | None]:
+        """One step's units in order, as (kind, phase, start, end) on one clock; ``keep``: record its gaps.
+        Returns each unit's gap (None for the first of its kind the clock sees)."""
         position: dict[tuple[str, str], int] = defaultdict(int)
+        gaps = []
         for kind, phase, start, end in units:
             key = (kind, phase)
-            if keep and key in self._last:
-                self._gaps[key][position[key]].append(start - self._last[key])
+            gaps.append(start - self._last[key] if key in self._last else None)
+            if keep and gaps[-1] is not None:
+                self._gaps[key][position[key]].append(gaps[-1])
             position[key] += 1
             self._last[key] = end
+        return gaps
 
     def gaps(self, kind: str, phase: str) -> list[float]:
         """The mean gap of each of the kind's ops in a step, in order (empty before two steps)."""

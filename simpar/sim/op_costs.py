@@ -50,8 +50,7 @@ class OpCosts:
         work between ops (``between_ops`` per op) for itself and every op since the compute before it, round
         the step: that work is Python on the rank's core, so it is shared like compute."""
         woken, resumed = {}, {}
-        table = self.topology.core_slowdown
-        slow = slowdown_at(table, self.plan.grid.world) if table else 1.0
+        slow = self._all_at_once()
         between = self.topology.between_ops
         grows = self.topology.wake_growth or self.topology.wake_curve
         laps = 2 if grows or self.topology.wake_short or between else 1
@@ -83,6 +82,12 @@ class OpCosts:
                     last = op if network or isinstance(op, (Compute, Copy)) else last
         return woken, resumed
 
+    def _all_at_once(self) -> float:
+        """How much slower a rank computes with every rank of the world computing at once on shared cores (1
+        elsewhere): the speed ``_turns`` and ``_cold_caches`` count a program's compute at."""
+        table = self.topology.core_slowdown
+        return slowdown_at(table, self.plan.grid.world) if table else 1.0
+
     def _later_calls(self) -> dict:
         """(program, op id) -> seconds per ring step of every collective at the topology's ``series_late``
         position or later in a series of calls (collectives, sends, receives) after a compute or copy, in
@@ -108,8 +113,7 @@ class OpCosts:
         and resumes included). Waits in calls are not counted: a step's once-a-micro-batch units are mostly
         far enough apart that the decay is nearly whole (tiny-deep's one-rank step computes 12 ms)."""
         tau, cold = self.gpu.costs["cold"]
-        table = self.topology.core_slowdown
-        slow = slowdown_at(table, self.plan.grid.world) if table else 1.0
+        slow = self._all_at_once()
         paid = {}
         for pi, prog in enumerate(self.plan.programs):
             clock, ended = 0.0, {}

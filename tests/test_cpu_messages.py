@@ -2,6 +2,8 @@
 leg, a pipeline send) half a calibrated step, on half-duplex rank ends; a pipeline send's isend holds
 its sender (``send_issue``)."""
 
+from dataclasses import replace
+
 import pytest
 
 from simpar.models import model
@@ -157,9 +159,35 @@ def test_a_call_after_a_short_compute_pays_a_share_of_the_wake():
     assert short.step_time_s < paid.step_time_s
 
 
-def _whole(profile):
-    from dataclasses import replace
+def test_a_call_after_a_short_compute_is_priced_at_what_the_short_loop_measured():
+    """``wake_short`` holds what the first call after a short compute cost beyond the ring's price of that
+    call, below zero where it cost less (its calls go nearer the back-to-back pace than the step latency in
+    a step, which is measured after a unit's compute): at that compute the simulator charges the measured
+    call; between it and the unit's compute it interpolates towards the whole wake."""
+    from simpar.calibrate.profile import ring_price
 
+    profile = _profile()
+    alpha, bandwidth = profile.ring["2"]
+    profile.wake, profile.wake_phase = {"2": 1e-3}, {"2": 2e-3}
+    measured = 0.6 * ring_price("allreduce", 2**18, 2, alpha, bandwidth)  # cheaper than its steps
+    profile.wake_short = {"2": [0.5e-3, measured - ring_price("allreduce", 2**18, 2, alpha, bandwidth)]}
+    topology = profile.topology(2, "fp32")
+    assert topology.wake_share(0.5e-3) < 0 < topology.wake_share(1.5e-3) < topology.wake_share(2e-3) == 1.0
+    assert topology.collective_wake(0.5e-3) + ring_price("allreduce", 2**18, 2, alpha, bandwidth) == \
+        pytest.approx(measured)
+
+    # in a step: tp's calls after its pieces pay less than their steps (the wake taken off the steps' latency),
+    # the replayed step equal to the full simulation
+    scenario = make_scenario(model("tiny-deep"), "tp", 2, micro_batch=2, precision="fp32", topology="cpu-host")
+    none_off = replace(profile, wake_short={"2": [0.5e-3, 0.0]})
+    full, replayed, at_steps = (simulate(scenario, topology=p.topology(2, "fp32"), serial=True, replay=r)
+                                for p, r in ((profile, False), (profile, True), (none_off, False)))
+    fixed = simulate(scenario, topology=profile.topology(2, "fp32"), serial=True, fast=True)
+    assert full.step_time_s == pytest.approx(replayed.step_time_s, rel=1e-9) == fixed.step_time_s
+    assert full.step_time_s < at_steps.step_time_s
+
+
+def _whole(profile):
     return replace(profile, wake_short={})
 
 

@@ -19,11 +19,11 @@ from pathlib import Path
 import numpy as np
 
 from simpar.calibrate.bench import (PATTERN_OPS, PHASE_UNITS, burst_worker, compute_worker, host_worker,
-                                   pattern_worker, phase_cost, phase_worker, ring_steps, ring_worker)
+                                   pattern_worker, phase_cost, phase_worker, ring_worker)
 from simpar.calibrate.pipeline_bench import late_recv_cost, late_worker, relay_worker
 from simpar.calibrate.cold import COLD_KINDS, TAUS
 from simpar.calibrate.profile import (HardwareProfile, fit_collective_costs, fit_line, fit_unit_costs, machine_id,
-                                     unit_fit_residual)
+                                     ring_price, ring_steps, step_bytes, unit_fit_residual)
 from simpar.calibrate.series import SERIES, SERIES_SECONDS, series_late, series_positions, series_wake, series_worker
 from simpar.real import awake
 from simpar.real.launch import launch
@@ -80,7 +80,7 @@ def pattern_rows(ranks: list[dict], world: int, resume: float = 0.0) -> list[dic
     pays that more, and the simulator charges it to the compute, not to the calls."""
     timings = ranks[0]["pattern"]
     return [{"op": op, "bytes": size, "calls": calls, "steps": ring_steps(op, world),
-             "step_bytes": max(size // 4, world) * 4 / (1 if op in ("handoff", "psreduce") else world),
+             "step_bytes": step_bytes(op, size, world),
              "seconds": max(statistics.median(timings[f"{op}{size}x{calls}"]) - resume, 0.0)}
             for op in PATTERN_OPS for size in PATTERN_SIZES for calls in (1, SERIES)]
 
@@ -169,14 +169,18 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
         # ... the Worker-Server all-reduce's own: its server takes the early workers' pushes while it waits
         ps_phases, ps_extras, phases["ps"] = wake_curve(ranks, "ps")
         ps_curve[str(world)] = [ps_phases, ps_extras]
-        # ... and how much less after a short one (a tensor-parallel piece): [its compute, the first call's extra]
-        shorts = [r["phases"]["short"] for r in ranks]
-        short_wake[str(world)] = [statistics.fmean(m[1] - m[0] for marks in shorts for m in marks),
-                                  series_wake([[m[1:] for m in marks] for marks in shorts])]
+        # ... and after a short one (a tensor-parallel piece): [its compute, what the first call after it costs
+        # beyond the ring's price of that call]. Against the price, not against the calls after it in the short
+        # loop: those go at about the back-to-back pace (2 ranks, 16 KiB: 0.9-1.0 ms an all-reduce, as back to
+        # back), not at the step latency in a step, which is measured on the calls after a unit's compute
+        # (1.2-1.4 ms), and the simulator prices every call from that latency (docs/calibration.md)
+        short_compute, short_call = phase_cost([r["phases"]["short"] for r in ranks])
+        short_wake[str(world)] = [short_compute, short_call - ring_price("allreduce", PHASE_SIZE, world,
+                                                                          step_alpha, bandwidth)]
         shared[str(world)] = {"ring_seconds": steps, "pattern": rows, "pattern_compute": inside, "series": positions,
                               "wake_fitted_with_the_steps": fit_collective_costs(ring_rows)[0],
                               "pattern_compute_without_calls": without, "burst_together": burst["together"],
-                              "relay": ranks[0]["relay"], "phases": phases,
+                              "relay": ranks[0]["relay"], "phases": phases, "short_call": [short_compute, short_call],
                               "late": {size: statistics.fmean(t for r in ranks for t in r["late"][size])
                                        for size in ranks[0]["late"]},
                               "back_to_back": [alpha, 1.0 / seconds_per_byte if seconds_per_byte else 1e12]}

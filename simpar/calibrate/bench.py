@@ -233,6 +233,11 @@ def pattern_worker(ctx, sizes: list[int], repeats: int, rounds: int = 5) -> dict
 # data-parallel step (tiny-deep's 2-rank DDP step computes about 24 units' worth before its last call)
 PHASE_UNITS = (1, 4, 8, 16, 32)
 SHORT_PHASE = 3e-4  # seconds (alone) of phase_worker's short compute: a tensor-parallel piece's
+# repetitions of the short loop a round, and how many of its first are not kept: right after the long loops
+# and a barrier a call is slow for about five repetitions (2 ranks, 256 KiB: 2.2-2.4 ms, then 1.0-1.1 by the
+# sixth; caches cold after the time away from the calls, as the once-a-step units' are), where tp's calls
+# come one after another
+SHORT_REPS, SHORT_WARMUP = 60, 20
 
 
 def phase_worker(ctx, size: int, seconds: float = 8.0, repeats: int = 3, ps_size: int | None = None) -> dict:
@@ -253,10 +258,11 @@ def phase_worker(ctx, size: int, seconds: float = 8.0, repeats: int = 3, ps_size
     its all-reduce 4-17 ms apart. At 2 ranks they drift apart while their cores run at different speeds:
     each vCPU of the development VM flips between a fast and a slow state for 0.25-6.5 s at a time
     (benchmarks/host_speed.py); seconds of rounds average the states.
-    "short": ``SHORT_PHASE`` of compute, then ``SERIES`` calls ([start, compute end, each call's end]):
-    what the first call after a short compute pays beyond the calls after it (``series_wake``). It is
-    less than after a unit: at 2 ranks a 4 KiB all-reduce cost 0.9 ms back to back, 0.8 after 0.1 ms of
-    compute, 1.7 after 0.3, 2.4 after 0.6, 2.8 after 1.1 and 3.2 after the unit (2.1 ms), mean of 150."""
+    "short": ``SHORT_PHASE`` of compute, then one call, as tensor parallelism's pieces and calls follow each
+    other ([start, compute end, call end]), ``SHORT_REPS`` a round, the first ``SHORT_WARMUP`` not kept
+    (cold after the long loops). A call after a short compute costs less than after a unit: at 2 ranks a
+    4 KiB all-reduce cost 0.9 ms back to back, 0.8 after 0.1 ms of compute, 1.7 after 0.3, 2.4 after 0.6,
+    2.8 after 1.1 and 3.2 after the unit (2.1 ms), mean of 150."""
     comm, group = CountingComm(ctx.rank), list(range(ctx.world))
     unit = _unit_burst()
     flat = torch.zeros(max(size // 4, ctx.world))
@@ -273,17 +279,17 @@ def phase_worker(ctx, size: int, seconds: float = 8.0, repeats: int = 3, ps_size
     while more.item():
         for key, call in calls.items():
             dist.barrier()
-            for _ in range(repeats):
+            for rep in range(SHORT_REPS if key == "short" else repeats):
                 start = time.perf_counter()
                 if key == "short":
                     short()
                 for _ in range(0 if key == "short" else int(key.removeprefix("ps"))):
                     unit()
                 ends = [start, time.perf_counter()]
-                for _ in range(SERIES if key == "short" else 1):
-                    call()
-                    ends.append(time.perf_counter())
-                marks[key].append(ends)
+                call()
+                ends.append(time.perf_counter())
+                if key != "short" or rep >= SHORT_WARMUP:
+                    marks[key].append(ends)
         more.fill_(float(time.perf_counter() - began < seconds))
         dist.broadcast(more, 0)  # rank 0's clock decides for all, so every rank runs the same rounds
     return marks
@@ -293,10 +299,12 @@ def _short_burst(seconds: float):
     """A compute of about ``seconds`` alone: small matrix products, as many as this process takes that
     long to do (timed once at the start; every rank then does its own count)."""
     a, b = torch.randn(128, 128), torch.randn(128, 128)
-    began = time.perf_counter()
-    for _ in range(50):
+    for _ in range(50):  # warm up: timed cold, the count came out a third short (91 us for 0.3 ms)
         a @ b
-    count = max(1, round(seconds / ((time.perf_counter() - began) / 50)))
+    began = time.perf_counter()
+    for _ in range(200):
+        a @ b
+    count = max(1, round(seconds / ((time.perf_counter() - began) / 200)))
 
     def burst():
         for _ in range(count):
@@ -382,11 +390,3 @@ def burst_worker(ctx, repeats: int, rounds: int = 5, seconds: float = 0.0) -> di
     ratio = statistics.median(t / a for t, a in zip(together, alone))
     return {"each": statistics.fmean(seconds_each[3:]), "together": statistics.median(together),
             "alone": statistics.median(alone), "ratio": ratio, "rounds": len(alone)}
-
-
-def ring_steps(op: str, world: int) -> int:
-    """Ring steps of one call: an all-gather k - 1, an all-reduce (reduce-scatter + all-gather) 2(k - 1),
-    a handoff one; of a Worker-Server all-reduce, its one-way legs: 2(k - 1), each the whole buffer."""
-    if op == "handoff":
-        return 1
-    return (world - 1) * (2 if op in ("allreduce", "psreduce") else 1)

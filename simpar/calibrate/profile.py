@@ -40,7 +40,7 @@ from simpar.topologies.graph import Topology
 if TYPE_CHECKING:
     from simpar.calibrate.gpu_profile import GPUProfile
 
-VERSION = 6
+VERSION = 7
 UNIT_KINDS = ("embedding", "layer", "head")
 
 
@@ -120,6 +120,26 @@ def _nonnegative_fit(design: np.ndarray, seconds: np.ndarray) -> np.ndarray:
         free.remove(min(negative, key=lambda i: coefficients[i]))
 
 
+def step_bytes(op: str, size: int, world: int) -> float:
+    """Bytes one step of a call of ``size`` bytes (fp32, at least one element a rank) moves: a ring step
+    1/world of the buffer; a handoff or a Worker-Server leg the whole of it."""
+    return max(size // 4, world) * 4 / (1 if op in ("handoff", "psreduce") else world)
+
+
+def ring_price(op: str, size: int, world: int, alpha: float, bandwidth: float) -> float:
+    """Seconds a fitted ring (``alpha`` per step, ``bandwidth`` bytes/s) prices one ``op`` of ``size`` bytes
+    at ``world`` ranks, as ``fit_collective_costs`` fits it: its steps, each a latency and its bytes."""
+    return ring_steps(op, world) * (alpha + step_bytes(op, size, world) / bandwidth)
+
+
+def ring_steps(op: str, world: int) -> int:
+    """Ring steps of one call: an all-gather k - 1, an all-reduce (reduce-scatter + all-gather) 2(k - 1),
+    a handoff one; of a Worker-Server all-reduce, its one-way legs: 2(k - 1), each the whole buffer."""
+    if op == "handoff":
+        return 1
+    return (world - 1) * (2 if op in ("allreduce", "psreduce") else 1)
+
+
 def fit_collective_costs(rows: list[dict], wake: float | None = None) -> tuple[float, float, float, float]:
     """(wake seconds, handoff wake seconds, per-step seconds, bytes/s) of ``seconds = wake[op] + calls x
     steps (alpha + step_bytes / bandwidth)`` (a compute burst, then ``calls`` collectives of ``steps``
@@ -184,8 +204,9 @@ class HardwareProfile:
     worker_server_curve: dict[str, list[list[float]]] = field(default_factory=dict)
     wake_growth: dict[str, float] = field(default_factory=dict)
     wake_phase: dict[str, float] = field(default_factory=dict)
-    # world -> [seconds of a short compute, what the first call after it pays beyond the calls after it]
-    # (phase_worker's short loops); empty in older profiles: a call after any compute pays the whole wake
+    # world -> [seconds of a short compute, what the first call after it costs beyond the ring's price of that
+    # call (phase_worker's short loops; negative: less)]; empty in older profiles: a call after any compute pays
+    # the whole wake
     wake_short: dict[str, list[float]] = field(default_factory=dict)
     # world -> seconds per ring step a collective from the fifth on of a series after computing pays beyond
     # the step latency (negative: less; the executor's own ZeRO-3 gathers timed call by call:

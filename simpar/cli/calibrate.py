@@ -136,14 +136,15 @@ def _save_and_show(profile, args, precision: str, what: str = "") -> int:
               f"   {'+' + units.human_time(profile.handoff_cost(world)):>29}"
               f"   {units.human_time(profile.send_issue.get(str(world), 0.0)):>26}   {units.human_time(back):>24}")
     if profile.worker_server and profile.wake_short:  # measured since the twelfth stop (older profiles lack them)
-        print("  ranks   first call after a short compute   Worker-Server all-reduce: first call after computing"
-              "   each one-way leg   leg bandwidth   + after longer compute before it")
+        print("  ranks   first call after a short compute, beyond its steps"
+              "   Worker-Server all-reduce: first call after computing   each one-way leg   leg bandwidth"
+              "   + after longer compute before it")
         for world in sorted(int(k) for k in profile.worker_server):
             wake, leg, rate = profile.worker_server[str(world)]
             compute, paid = profile.wake_short.get(str(world), (0.0, 0.0))
-            short = f"+{units.human_time(paid)} after {units.human_time(compute)}"
+            short = f"{'-' if paid < 0 else '+'}{units.human_time(abs(paid))} after {units.human_time(compute)}"
             grows = _growth(profile, world, "ps") if profile.worker_server_curve else "as the ring's"
-            print(f"  {world:>5}   {short:>32}   {'+' + units.human_time(wake):>50}   {units.human_time(leg):>16}"
+            print(f"  {world:>5}   {short:>50}   {'+' + units.human_time(wake):>50}   {units.human_time(leg):>16}"
                   f"   {units.human_rate(rate):>13}   {grows:>33}")
     if profile.late_recv:  # measured since the fifteenth stop (series_late since the seventeenth)
         print("  ranks   pipeline receive posted after its send (beyond its bytes; gloo's rendezvous)"

@@ -149,12 +149,21 @@ def run(args) -> int:
 
 
 def ensure_profile(precision: str) -> Path:
-    """This machine's cached profile, calibrating first if there is none."""
+    """This machine's cached profile, calibrating first if there is none or it is of an older version (whose
+    terms this simpar would read differently)."""
+    import json
+
     from simpar.calibrate import calibrate, default_path
+    from simpar.calibrate.profile import VERSION
 
     path = default_path(precision)
-    if not path.exists():
-        print(f"no hardware profile for this machine yet: calibrating ({path})", file=sys.stderr)
+    try:
+        stale = path.exists() and json.loads(path.read_text()).get("version") != VERSION
+    except (ValueError, AttributeError):  # not a profile: loading it says what is wrong with it
+        stale = False
+    if stale or not path.exists():
+        print(f"{'the hardware profile is of an older simpar' if stale else 'no hardware profile for this machine yet'}:"
+              f" calibrating ({path})", file=sys.stderr)
         path.parent.mkdir(parents=True, exist_ok=True)
         calibrate(precision, progress=lambda m: print(f"calibrating: {m}", file=sys.stderr)).save(str(path))
     return path

@@ -70,8 +70,9 @@ class Topology:
         self.wake_curve: tuple[tuple[float, ...], tuple[float, ...]] | None = None
         # ... and the Worker-Server all-reduce's own, which grows less (None: as the ring's)
         self.worker_server_curve: tuple[tuple[float, ...], tuple[float, ...]] | None = None
-        # (seconds of a short compute, what a call after it pays): below wake_phase the wake is interpolated
-        # through (0, 0), this and (wake_phase, the wake), as a share of the algorithm's wake; None: paid whole
+        # (seconds of a short compute, what a call after it pays beyond its steps; negative: less): below
+        # wake_phase the wake is interpolated through (0, 0), this and (wake_phase, the wake), as a share of the
+        # algorithm's wake; None: paid whole
         self.wake_short: tuple[float, float] | None = None
         self.handoff_latency = 0.0  # the same for a pipeline send: it waits for one neighbour, not a group
         # seconds a compute right after a collective, send or receive pays: a rank resuming after a blocked
@@ -205,8 +206,10 @@ class Topology:
 
     def wake_share(self, phase: float) -> float:
         """The share of the wake a call pays after ``phase`` seconds of compute: all of it from the compute it
-        was measured after (``wake_phase``) on; below, through what a short compute's call paid (``wake_short``)
-        and nothing right after another call. 1 without the measurements."""
+        was measured after (``wake_phase``) on; below, through what a short compute's call paid beyond its steps
+        (``wake_short``; below 0 where it cost less than its steps at the step latency in a step: the calls of
+        a short compute's pattern go nearer the back-to-back pace) and nothing right after another call. 1
+        without the measurements."""
         if self.wake_short is None or phase >= self.wake_phase or not self.wake_latency:
             return 1.0
         short, paid = self.wake_short

@@ -67,10 +67,15 @@ def main() -> None:
     parser.add_argument("--bytes", type=int, default=2**18)
     parser.add_argument("--reps", type=int, default=60)
     args = parser.parse_args()
+    if args.reps <= SHORT_WARMUP or args.seconds <= 0 or args.bytes < 8:
+        parser.error(f"--reps must exceed the calibration's warm-up ({SHORT_WARMUP}), --seconds be positive and "
+                     "--bytes at least 8")
     ranks = launch(short_worker, 2, (args.seconds, args.bytes, args.reps), timeout=600)
     rounds = list(zip(*(r["short"] for r in ranks)))  # per round, every rank's calls
-    mean = lambda lo, hi: statistics.fmean(statistics.fmean(calls[i] for calls in rnd for i in range(lo, hi))  # noqa: E731
-                                           for rnd in rounds)
+
+    def mean(lo: int, hi: int) -> float:  # repetitions lo..hi-1: each round's mean over ranks, then the rounds'
+        return statistics.fmean(statistics.fmean(calls[i] for calls in rnd for i in range(lo, hi)) for rnd in rounds)
+
     print(f"2 ranks, {args.bytes} B all-reduce after a short compute, {len(rounds)} rounds (ms per call):")
     for lo, hi in ((0, 1), (1, 2), (2, 3), (3, 5), (5, 10), (10, 20), (20, args.reps)):
         if hi <= args.reps:

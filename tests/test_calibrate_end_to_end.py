@@ -39,7 +39,8 @@ def test_calibrate_then_validate_end_to_end(tmp_path, cli):
 
     compute, call = data["samples"]["shared"]["2"]["short_call"]
     assert set(data["wake_short"]) == {"2"} and data["wake_short"]["2"][0] == compute > 0 < call
-    assert data["wake_short"]["2"][1] == pytest.approx(call - ring_price("allreduce", PHASE_SIZE, 2, *data["ring"]["2"]))
+    priced = ring_price("allreduce", PHASE_SIZE, 2, *data["ring"]["2"])
+    assert data["wake_short"]["2"][1] == pytest.approx(call - priced)
     assert min(data["sharded_work"]["fp32"]["gather"]) >= 0 < sum(data["sharded_work"]["fp32"]["gather"])
     assert min(data["sharded_work"]["fp32"]["scatter"]) >= 0 < sum(data["sharded_work"]["fp32"]["scatter"])
     from simpar.calibrate.cold import TAUS

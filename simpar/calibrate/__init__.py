@@ -171,9 +171,9 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
         ps_curve[str(world)] = [ps_phases, ps_extras]
         # ... and after a short one (a tensor-parallel piece): [its compute, what the first call after it costs
         # beyond the ring's price of that call]. Against the price, not against the calls after it in the short
-        # loop: those go at about the back-to-back pace (2 ranks, 16 KiB: 0.9-1.0 ms an all-reduce, as back to
-        # back), not at the step latency in a step, which is measured on the calls after a unit's compute
-        # (1.2-1.4 ms), and the simulator prices every call from that latency (docs/calibration.md)
+        # loop: those go at about the back-to-back pace (2 ranks, 16 KiB: 0.63-0.99 ms an all-reduce, back to
+        # back 0.67-0.93), not at the step latency in a step, which is fitted on the calls after a unit's compute
+        # (2 steps: 1.16-1.8 ms), and the simulator prices every call from that latency (docs/calibration.md)
         short_compute, short_call = phase_cost([r["phases"]["short"] for r in ranks])
         short_wake[str(world)] = [short_compute, short_call - ring_price("allreduce", PHASE_SIZE, world,
                                                                           step_alpha, bandwidth)]

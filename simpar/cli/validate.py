@@ -162,8 +162,8 @@ def ensure_profile(precision: str) -> Path:
     except (ValueError, AttributeError):  # not a profile: loading it says what is wrong with it
         stale = False
     if stale or not path.exists():
-        print(f"{'the hardware profile is of an older simpar' if stale else 'no hardware profile for this machine yet'}:"
-              f" calibrating ({path})", file=sys.stderr)
+        why = "the hardware profile is of an older simpar" if stale else "no hardware profile for this machine yet"
+        print(f"{why}: calibrating ({path})", file=sys.stderr)
         path.parent.mkdir(parents=True, exist_ok=True)
         calibrate(precision, progress=lambda m: print(f"calibrating: {m}", file=sys.stderr)).save(str(path))
     return path

@@ -41,6 +41,9 @@ def test_calibrate_then_validate_end_to_end(tmp_path, cli):
     assert set(data["wake_short"]) == {"2"} and data["wake_short"]["2"][0] == compute > 0 < call
     priced = ring_price("allreduce", PHASE_SIZE, 2, *data["ring"]["2"])
     assert data["wake_short"]["2"][1] == pytest.approx(call - priced)
+    # the executor's tensor-parallel pieces, timed on one rank: a piece's own cost beyond its share of the layer
+    assert set(data["tp_piece"]["fp32"]) == {"fwd", "bwd"} and min(data["tp_piece"]["fp32"].values()) >= 0
+    assert len(data["samples"]["tp_pieces"]) == len(data["samples"]["compute"]) // 3  # a row a model and batch
     assert min(data["sharded_work"]["fp32"]["gather"]) >= 0 < sum(data["sharded_work"]["fp32"]["gather"])
     assert min(data["sharded_work"]["fp32"]["scatter"]) >= 0 < sum(data["sharded_work"]["fp32"]["scatter"])
     from simpar.calibrate.cold import TAUS
@@ -48,6 +51,7 @@ def test_calibrate_then_validate_end_to_end(tmp_path, cli):
     cold = data["unit_cold"]["fp32"]  # the once-a-step units' cold caches, fitted on gaps the steps timed
     assert cold["tau"] in TAUS and all(cold[phase][kind] >= 0 for phase in ("fwd", "bwd") for kind in cold[phase])
     assert result.stdout.count("cold caches: embedding") == 2  # printed for both phases
+    assert result.stdout.count("a tensor-parallel piece of a layer: +") == 2
     row = data["samples"]["compute"][0]
     assert len(row["fwd_gaps"]) == 1 and row["fwd_gaps"][0] > 0  # an embedding: one a step, a step apart
     for phase in ("fwd", "bwd"):  # overheads per unit kind (never negative) and a FLOP rate

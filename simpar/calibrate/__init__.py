@@ -25,6 +25,7 @@ from simpar.calibrate.cold import COLD_KINDS, TAUS
 from simpar.calibrate.profile import (HardwareProfile, fit_collective_costs, fit_line, fit_unit_costs, machine_id,
                                      ring_price, ring_steps, step_bytes, unit_fit_residual)
 from simpar.calibrate.series import SERIES, SERIES_SECONDS, series_late, series_positions, series_wake, series_worker
+from simpar.calibrate.tp_bench import fit_tp_pieces, tp_piece_worker
 from simpar.real import awake
 from simpar.real.launch import launch
 
@@ -198,7 +199,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
     # whether the ranks ran beside the spinners that keep the cores awake (real/awake.py): the calls are
     # priced as measured, so a run taken the other way is priced with costs it did not have
     machine = {**machine_id(), "kept_awake": awake.enabled()}
-    return HardwareProfile(machine=machine, compute={precision: compute}, slowdown=slowdown, ring=ring,
+    profile = HardwareProfile(machine=machine, compute={precision: compute}, slowdown=slowdown, ring=ring,
                            wake=wake, wake_curve=curve, wake_phase=phase, handoff=handoff, send_issue=issue,
                            late_recv=late,
                            worker_server=worker_server, worker_server_curve=ps_curve, wake_short=short_wake,
@@ -212,6 +213,12 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
                            copy_bytes_per_s=1.0 / seconds_per_byte if seconds_per_byte else 1e11,
                            samples={"compute": alone, "host": host, "shared": shared,
                                     "ring_sizes": RING_SIZES})
+    if precision == "fp32":  # the executor's tensor-parallel pieces, set against what the fit above prices them
+        say("tensor-parallel pieces, one rank")
+        pieces = launch(tp_piece_worker, 1, (MODELS, BATCHES, repeats), timeout=timeout)[0]
+        profile.tp_piece = {precision: fit_tp_pieces(pieces, profile, precision)}
+        profile.samples["tp_pieces"] = pieces
+    return profile
 
 
 def compute_pass(precision: str = "fp32", repeats: int = 10, timeout: float = 600.0) -> list[dict]:

@@ -238,6 +238,9 @@ class HardwareProfile:
     # the caches it finds cold, in full after a long gap since the last of its kind (calibrate/cold.py);
     # empty in older profiles: their overheads alone
     unit_cold: dict[str, dict] = field(default_factory=dict)
+    # precision -> {"fwd": s, "bwd": s}: what a tensor-parallel piece of a layer costs beyond its share of the
+    # layer (the executor's own pieces on one rank: calibrate/tp_bench.py); empty in older profiles
+    tp_piece: dict[str, dict[str, float]] = field(default_factory=dict)
 
     # -- persistence ----------------------------------------------------------------------------
     def save(self, path: str) -> None:
@@ -342,6 +345,8 @@ class HardwareProfile:
         for phase, per_score in zip(("fwd", "bwd"), self.attention_scores.get(precision) or ()):
             costs[phase][0]["attention_scores"] = float(per_score)
         costs["step"] = self.step_cost(precision)
+        for phase, seconds in (self.tp_piece.get(precision) or {}).items():
+            costs[phase][0]["tp_piece"] = float(seconds)
         cold = self.unit_cold.get(precision)
         if cold:
             costs["cold"] = (float(cold["tau"]), {(kind, phase): float(seconds) for phase in ("fwd", "bwd")

@@ -1,0 +1,92 @@
+"""What a tensor-parallel piece of a layer costs beyond its share of the layer: the executor's own
+``TensorParallelModel`` on one rank, its all-reduces completed locally.
+
+Why: the simulator prices a piece of a layer (tensor parallelism's attention or MLP half, forward or
+backward) as its share of the layer's calibrated overhead, by kernels, plus its FLOPs. The executor's
+pieces do Python of their own that the whole layer does not: a leaf and a closure per piece, the work that
+completes the piece after its all-reduce (residual adds; backward, a norm's backward through its own
+``autograd.backward`` call), twice per layer per phase where the one-rank layer the overheads are fitted on
+runs once. In the executor's 2-rank tp step (tiny-deep, 2026-11-26) that came to 14.6 ms a step outside its
+ring calls against 11.0 priced. Timed here on one rank (a tp=2 shard: the same shapes a rank computes), it is
+set against the simulator's price for the same pieces, and the difference per piece is the profile's
+``tp_piece``, forward and backward (``fit_tp_pieces``).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+TP = 2  # the shard timed: a piece at tp=2 (at more ranks a piece is smaller, its Python the same)
+
+
+def tp_piece_worker(ctx, models: list[str], batches: list[int], repeats: int) -> list[dict]:
+    """Per model and micro-batch: {"model", "batch", "fwd": [s], "bwd": [s]}, the mean seconds of each layer
+    piece (attention, then MLP forward; MLP, then attention backward), the work completing it after its
+    all-reduce included, over ``repeats`` steps after two warm-up steps of the whole model's pieces."""
+    import torch
+
+    from simpar.models import model
+    from simpar.real.model import build_model, synthetic_batch
+    from simpar.real.tensor_parallel import TensorParallelModel
+
+    def complete(reduction):  # the all-reduce's continuations, on the local partial (the same shapes)
+        while reduction is not None:
+            reduction = reduction.then(reduction.tensor.clone())
+
+    rows = []
+    for name in models:
+        spec = model(name)
+        shard = TensorParallelModel(build_model(spec), 0, TP)
+        layers = range(1, len(shard.units) - 1)
+        for b in batches:
+            ids, targets = synthetic_batch(spec, b, 0)
+            timed = {"fwd": [], "bwd": []}
+            for step in range(repeats + 2):
+                inputs, outputs = {}, {}
+                for unit in range(len(shard.units)):
+                    x = ids if unit == 0 else outputs[(unit - 1, 0)].detach().requires_grad_()
+                    inputs[unit] = x
+                    for half in range(shard.pieces(unit)):
+                        start = time.perf_counter()
+                        complete(shard.forward_piece(unit, 0, half, x, targets, 1.0, outputs))
+                        if step >= 2 and unit in layers:
+                            timed["fwd"].append(time.perf_counter() - start)
+                for unit in reversed(range(len(shard.units))):
+                    grad = inputs[unit + 1].grad if unit + 1 < len(shard.units) else None
+                    for half in range(shard.pieces(unit)):
+                        start = time.perf_counter()
+                        complete(shard.backward_piece(unit, 0, half, grad))
+                        if step >= 2 and unit in layers:
+                            timed["bwd"].append(time.perf_counter() - start)
+                shard.zero_grad(set_to_none=True)
+                torch.manual_seed(step)  # nothing else kept between steps
+            per_step = 2 * len(layers)
+            rows.append({"model": name, "batch": b, **{phase: [statistics.fmean(seconds[i::per_step])
+                                                                for i in range(per_step)]
+                                                        for phase, seconds in timed.items()}})
+    return rows
+
+
+def fit_tp_pieces(rows: list[dict], profile, precision: str) -> dict[str, float]:
+    """{"fwd": s, "bwd": s}: the mean over every timed layer piece of its measured seconds less what the
+    simulator prices it at on ``profile`` (a tp=2 plan of the row's model and micro-batch, the piece's
+    compute alone: no resume, no work between ops, as timed), never below 0."""
+    from simpar.models import model
+    from simpar.plan import Compute
+    from simpar.scenario import make_scenario
+    from simpar.sim.op_costs import OpCosts
+    from simpar.strategies import build_plan
+
+    extra = {"fwd": [], "bwd": []}
+    for row in rows:
+        scenario = make_scenario(model(row["model"]), "tp", TP, micro_batch=row["batch"], precision=precision,
+                                 topology="cpu-host")
+        plan = build_plan(scenario)
+        prog = plan.programs[0]
+        costs = OpCosts(plan, scenario, profile.topology(TP, precision))
+        for phase in ("fwd", "bwd"):
+            pieces = [op for op in prog.ops if isinstance(op, Compute) and op.phase == phase and op.part]
+            priced = [costs.compute_time(prog, op) for op in pieces]
+            extra[phase] += [measured - price for measured, price in zip(row[phase], priced)]
+    return {phase: max(statistics.fmean(values), 0.0) if values else 0.0 for phase, values in extra.items()}

@@ -200,19 +200,19 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
     # priced as measured, so a run taken the other way is priced with costs it did not have
     machine = {**machine_id(), "kept_awake": awake.enabled()}
     profile = HardwareProfile(machine=machine, compute={precision: compute}, slowdown=slowdown, ring=ring,
-                           wake=wake, wake_curve=curve, wake_phase=phase, handoff=handoff, send_issue=issue,
-                           late_recv=late,
-                           worker_server=worker_server, worker_server_curve=ps_curve, wake_short=short_wake,
-                           resume=resume, series_late=later_calls,
-                           resume_after_recv=resume_after_recv, resume_unit=unit_alone, between_ops=between,
-                           optimizer_params_per_s=rates, optimizer_step={precision: step} if step else {},
-                           tensor_work={precision: handling} if handling else {},
-                           sharded_work={precision: sharded} if sharded else {},
-                           embedding_table={precision: table}, attention_scores={precision: scores},
-                           unit_cold={precision: cold} if cold else {},
-                           copy_bytes_per_s=1.0 / seconds_per_byte if seconds_per_byte else 1e11,
-                           samples={"compute": alone, "host": host, "shared": shared,
-                                    "ring_sizes": RING_SIZES})
+                              wake=wake, wake_curve=curve, wake_phase=phase, handoff=handoff, send_issue=issue,
+                              late_recv=late,
+                              worker_server=worker_server, worker_server_curve=ps_curve, wake_short=short_wake,
+                              resume=resume, series_late=later_calls,
+                              resume_after_recv=resume_after_recv, resume_unit=unit_alone, between_ops=between,
+                              optimizer_params_per_s=rates, optimizer_step={precision: step} if step else {},
+                              tensor_work={precision: handling} if handling else {},
+                              sharded_work={precision: sharded} if sharded else {},
+                              embedding_table={precision: table}, attention_scores={precision: scores},
+                              unit_cold={precision: cold} if cold else {},
+                              copy_bytes_per_s=1.0 / seconds_per_byte if seconds_per_byte else 1e11,
+                              samples={"compute": alone, "host": host, "shared": shared,
+                                       "ring_sizes": RING_SIZES})
     if precision == "fp32":  # the executor's tensor-parallel pieces, set against what the fit above prices them
         say("tensor-parallel pieces, one rank")
         pieces = launch(tp_piece_worker, 1, (MODELS, BATCHES, repeats), timeout=timeout)[0]

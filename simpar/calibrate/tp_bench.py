@@ -24,8 +24,6 @@ def tp_piece_worker(ctx, models: list[str], batches: list[int], repeats: int) ->
     """Per model and micro-batch: {"model", "batch", "fwd": [s], "bwd": [s]}, the mean seconds of each layer
     piece (attention, then MLP forward; MLP, then attention backward), the work completing it after its
     all-reduce included, over ``repeats`` steps after two warm-up steps of the whole model's pieces."""
-    import torch
-
     from simpar.models import model
     from simpar.real.model import build_model, synthetic_batch
     from simpar.real.tensor_parallel import TensorParallelModel
@@ -60,7 +58,6 @@ def tp_piece_worker(ctx, models: list[str], batches: list[int], repeats: int) ->
                         if step >= 2 and unit in layers:
                             timed["bwd"].append(time.perf_counter() - start)
                 shard.zero_grad(set_to_none=True)
-                torch.manual_seed(step)  # nothing else kept between steps
             per_step = 2 * len(layers)
             rows.append({"model": name, "batch": b, **{phase: [statistics.fmean(seconds[i::per_step])
                                                                 for i in range(per_step)]

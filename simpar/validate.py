@@ -22,6 +22,9 @@ from simpar.sim import simulate
 STRATEGIES = ("ddp", "dp", "zero1", "zero2", "zero3", "pp", "tp")
 MODEL = "tiny-deep"
 MAX_STEPS = 500  # a run's length by time stops here (a profile that prices a step at a millisecond)
+# a profile saved this long before a validate starts was taken right before its runs, in their window (a
+# calibration of 2, 4 and 8 ranks takes about 5.5 minutes; an older one is of another state of the machine)
+BEFORE_WINDOW_S = 600.0
 
 
 def case_scenario(strategy: str, gpus: int, precision: str):
@@ -81,7 +84,7 @@ def run_cases(profile, pairs: list[tuple[str, int]], precision: str, steps: int,
     the profile's: the compute of the same hour as the runs, not of the calibration's minutes.
     ``after_round(index, last)``, if given, is called after each round (``Recalibrations.after_round``:
     a calibration then); ``after(profile)``, if given, once the runs are done, returns the profile to
-    price them with (``Recalibrations.priced``: the average with the calibrations taken among the runs).
+    price them with (``Recalibrations.priced``: a profile of the runs' window).
     Each run lasts at least ``seconds`` (``run_steps``). ``progress()`` is called after each run."""
     from simpar.calibrate import compute_pass, retimed
 
@@ -104,19 +107,22 @@ def run_cases(profile, pairs: list[tuple[str, int]], precision: str, steps: int,
 
 class Recalibrations:
     """Calibrations taken among a validate's runs, and the profile they price the runs with: the average of
-    the profile from before and each of them (``simpar/calibrate/average.py``), a profile of the window the
-    runs were taken in. This machine's state moves by tens of percent within an hour: four calibrations
-    within 90 minutes priced the same 21 runs at a median error of 6 to 23 %, their average at 4 %
-    (docs/calibration.md). ``every_round``: after each round of runs (every case once), so the profiles
-    sample the same stretch of time as the runs; otherwise once, after the last round.
+    the profiles of the window the runs were taken in (``simpar/calibrate/average.py``). This machine's
+    state moves by tens of percent within an hour: four calibrations within 90 minutes priced the same 21
+    runs at a median error of 6 to 23 %, their average at 4 % (docs/calibration.md). ``every_round``: after
+    each round of runs (every case once), so the profiles sample the same stretch of time as the runs;
+    otherwise once, after the last round. The profile from before counts with ``before_in_window`` (taken
+    right before the runs, ``BEFORE_WINDOW_S``), not otherwise: by default it is the machine's cached
+    calibration, possibly hours old, and of another window (one 36 minutes older than the runs priced
+    2-rank DDP +26 % where each of the three among them priced it -4 to +10 %: docs/calibration.md).
     Each is saved to ``save_as(index)`` (index: the round it followed). Each calibrates the world sizes
     ``worlds`` that the runs use (all the profile's if None): a 2-rank validate calibrates 2 ranks alone,
     about 1.5 minutes a calibration instead of 5.5 for 2, 4 and 8, and the average is of those."""
 
     def __init__(self, profile, profile_path: str, precision: str, save_as, every_round: bool = False,
-                 progress=None, worlds=None):
+                 progress=None, worlds=None, before_in_window: bool = True):
         self.profile_path, self.precision, self.save_as = profile_path, precision, save_as
-        self.every_round, self.progress = every_round, progress
+        self.every_round, self.progress, self.before_in_window = every_round, progress, before_in_window
         calibrated = sorted(int(w) for w in profile.ring)
         self.worlds = tuple(w for w in calibrated if worlds is None or w in worlds) or tuple(calibrated)
         self.taken: list[tuple[object, str]] = []  # (profile, where it was saved)
@@ -131,14 +137,23 @@ class Recalibrations:
         later.save(path)
         self.taken.append((later, path))
 
+    def _window(self, profile) -> list[tuple[object, str]]:
+        before = [(profile, self.profile_path)] if self.before_in_window or not self.taken else []
+        return before + self.taken
+
+    def sources(self, profile) -> list[str]:
+        """Where the profiles the runs are priced with come from (``priced``)."""
+        return [path for _, path in self._window(profile)]
+
     def priced(self, profile):
-        """``profile`` averaged with every calibration taken (``profile`` itself if none was)."""
+        """The average of the profiles of the runs' window: the calibrations taken among them, and
+        ``profile`` if it was taken right before them (``profile`` itself if no calibration was taken)."""
         from simpar.calibrate.average import average_profiles
 
-        if not self.taken:
-            return profile
-        return average_profiles([profile] + [p for p, _ in self.taken],
-                                [self.profile_path] + [path for _, path in self.taken], common=True)
+        window = self._window(profile)
+        if len(window) == 1:
+            return window[0][0]
+        return average_profiles([p for p, _ in window], [path for _, path in window], common=True)
 
 
 def summary(cases: list[dict]) -> dict:
@@ -149,7 +164,7 @@ def summary(cases: list[dict]) -> dict:
 
 
 def write_report(path: Path, profile_path: str, cases: list[dict], result: dict, retimed: bool = False,
-                 after: str = "") -> list[Path]:
+                 after: str = "", before_too: bool = True) -> list[Path]:
     """The markdown report at ``path``, the CSV and the plot beside it; returns the files written."""
     csv_path, plot_path = path.with_suffix(".csv"), path.with_suffix(".png")
     with open(csv_path, "w", newline="") as handle:
@@ -160,8 +175,10 @@ def write_report(path: Path, profile_path: str, cases: list[dict], result: dict,
     _plot(plot_path, cases)
     lines = [f"# simpar validate: {MODEL}, {len(cases)} cases", "",
              f"Hardware profile: `{profile_path}` (micro-benchmarks only; no case below was used to fit it)"
-             + (f", averaged with the calibrations taken among the runs (`{after}`, `--calibrate-after`)"
-                if after else "")
+             + ((f", averaged with the calibrations taken among the runs (`{after}`, `--calibrate-after`)"
+                 if before_too else f"; the cases priced with the calibrations taken among the runs alone, "
+                                    f"averaged (`{after}`, `--calibrate-after`): the profile, older than the runs' "
+                                    f"window, only sized the runs") if after else "")
              + ("; the units' compute re-timed after each round of runs (`--compute retimed`)." if retimed else "."),
              "",
              f"median |error| {100 * result['median_abs_error']:.1f} %, max |error| "

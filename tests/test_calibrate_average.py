@@ -136,6 +136,50 @@ def test_validate_calibrate_after_rounds_calibrates_after_every_round_and_averag
     assert [HardwareProfile.load(path).ring for path in saved] == rings
 
 
+def test_a_profile_from_outside_the_runs_window_only_sizes_them(monkeypatch, tmp_path):
+    """A profile from before that is not of the runs' window (``before_in_window`` False: a cached calibration
+    of hours before) is left out of the price: the calibrations among the runs alone, averaged (one: as it
+    is); with no calibration taken it is all there is."""
+    import simpar.validate as validate
+
+    before, later = _profile(1.0), [_profile(3.0), _profile(5.0), _profile(7.0)]
+    events, priced = _fake_runs(monkeypatch, later)
+    again = validate.Recalibrations(before, "before.json", "fp32", lambda i: str(tmp_path / f"r{i}.json"),
+                                    every_round=True, before_in_window=False)
+    validate.run_cases(before, [("ddp", 2)], "fp32", 3, 60.0, repeats=3, after=again.priced,
+                       after_round=again.after_round)
+    saved = [str(tmp_path / f"r{i}.json") for i in range(3)]
+    assert again.sources(before) == saved and priced[0].samples["averaged_from"] == saved
+    assert priced[0].ring["2"] == pytest.approx([5e-3, 0.4e9])  # (3 + 5 + 7) / 3 ms; before's 1 ms left out
+    events, priced = _fake_runs(monkeypatch, [later_one := _profile(3.0)])
+    once = validate.Recalibrations(before, "before.json", "fp32", lambda i: str(tmp_path / "end.json"),
+                                   before_in_window=False)
+    validate.run_cases(before, [("ddp", 2)], "fp32", 3, 60.0, after=once.priced, after_round=once.after_round)
+    assert priced[0] is later_one
+    none_taken = validate.Recalibrations(before, "before.json", "fp32", str, before_in_window=False)
+    assert none_taken.priced(before) is before and none_taken.sources(before) == ["before.json"]
+
+
+def test_validate_counts_the_profile_from_before_only_if_it_was_saved_right_before(monkeypatch, tmp_path):
+    """The CLI: a --hardware profile saved within BEFORE_WINDOW_S of the start is in the runs' window, an
+    older one (its file's time) is not, and the report says which priced the cases."""
+    import os
+    import time
+
+    import simpar.validate as validate
+    from simpar.cli import main
+
+    seen = []
+    monkeypatch.setattr(validate, "run_cases", lambda *args, **kw: seen.append(kw) or [_case()])
+    cpu = str(tmp_path / "cpu.json")
+    _profile(1.0).save(cpu)
+    out = ["--hardware", cpu, "--strategies", "ddp", "--gpus", "2", "--out", str(tmp_path / "v.md")]
+    assert main(["validate", *out]) == 0 and seen[-1]["after_round"].__self__.before_in_window
+    old = time.time() - validate.BEFORE_WINDOW_S - 60
+    os.utime(cpu, (old, old))
+    assert main(["validate", *out]) == 0 and not seen[-1]["after_round"].__self__.before_in_window
+
+
 def test_validate_calibrates_only_the_world_sizes_it_runs_and_averages_those(monkeypatch, tmp_path):
     """A 2-rank validate beside a profile of 2 and 4 ranks: the calibrations among the runs are of 2 ranks
     alone, and the cases are priced with the average over 2 ranks (a plain --average of the two refuses)."""
@@ -162,6 +206,9 @@ def test_the_report_names_the_calibration_after_the_runs(tmp_path):
     report = tmp_path / "v.md"
     validate.write_report(report, "hw.json", [case], validate.summary([case]), after="v.after.json")
     assert "averaged with the calibrations taken among the runs (`v.after.json`" in report.read_text()
+    validate.write_report(report, "hw.json", [case], validate.summary([case]), after="v.after.json", before_too=False)
+    assert "priced with the calibrations taken among the runs alone" in report.read_text()
+    assert "only sized the runs" in report.read_text()
 
 
 def test_a_table_one_profile_lacks_is_averaged_over_the_profiles_that_have_it():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 from simpar import units
@@ -39,11 +40,13 @@ def register(sub) -> None:
                         "of the model from a calibration taken in a fast or slow window")
     p.add_argument("--calibrate-after", nargs="?", const="end", choices=("rounds", "end", "none"),
                    help="calibrate again among the runs (about 1.5 minutes a world size) and price the cases "
-                        "with the average of the profile and those calibrations: a profile of the runs' own "
-                        "window, on a machine whose state moves within an hour. 'rounds' (the default for a "
-                        "CPU profile): after each round of runs (--repeats of them), saved beside the report "
-                        "as <out>.after-round<N>.json; 'end' (the flag alone): once the runs are done, "
-                        "<out>.after.json; 'none': price with the --hardware profile as it is")
+                        "with a profile of the runs' own window, on a machine whose state moves within an hour. "
+                        "'rounds' (the default for a CPU profile): after each round of runs (--repeats of "
+                        "them), saved beside the report as <out>.after-round<N>.json; 'end' (the flag alone): "
+                        "once the runs are done, <out>.after.json; the cases are priced with the average of "
+                        "those and the --hardware profile if it was saved within 10 minutes of the start (an "
+                        "older one, such as a cached calibration of hours before, only sizes the runs); "
+                        "'none': price with the --hardware profile as it is")
     p.add_argument("--timeout", default="600", help="seconds before a hung case is aborted (default 600)")
     p.add_argument("--out", default="validation.md", help="markdown report; .csv and .png beside it")
     p.add_argument("--published", nargs="?", const="", metavar="FILE",
@@ -93,7 +96,7 @@ def run(args) -> int:
 
     from simpar.calibrate.profile import HardwareProfile
     from simpar.scenario import STRATEGY_NAMES
-    from simpar.validate import Recalibrations, run_cases, summary, write_report
+    from simpar.validate import BEFORE_WINDOW_S, Recalibrations, run_cases, summary, write_report
 
     strategies = [s.strip().lower() for s in args.strategies.split(",") if s.strip()]
     for name in strategies:
@@ -120,8 +123,9 @@ def run(args) -> int:
         return str(out.with_suffix(f".after-round{index + 1}.json" if every_round else ".after.json"))
 
     say = lambda message: print(f"calibrating among the runs: {message}", file=sys.stderr)  # noqa: E731
-    later = (Recalibrations(profile, profile_path, "fp32", save_as, every_round, say, worlds=worlds)
-             if recalibrate != "none" else None)
+    fresh = time.time() - Path(profile_path).stat().st_mtime < BEFORE_WINDOW_S  # taken right before the runs
+    later = (Recalibrations(profile, profile_path, "fp32", save_as, every_round, say, worlds=worlds,
+                            before_in_window=fresh) if recalibrate != "none" else None)
     pairs = [(s, g) for s in strategies for g in worlds]
     with tqdm(total=len(pairs) * repeats, desc="validating", unit="run", file=sys.stderr, disable=None) as bar:
         cases = run_cases(profile, pairs, "fp32", steps, timeout, repeats, progress=bar.update,
@@ -129,8 +133,9 @@ def run(args) -> int:
                           after=later.priced if later else None, after_round=later.after_round if later else None)
     after_paths = [path for _, path in later.taken] if later else []
     result = summary(cases)
+    before_too = not later or later.sources(profile)[0] == profile_path
     files = write_report(out, profile_path, cases, result, retimed=args.compute == "retimed",
-                         after=", ".join(after_paths))
+                         after=", ".join(after_paths), before_too=before_too)
     if args.json and write_json({"summary": result, "cases": cases, "hardware": profile_path,
                                  "calibrated_after": after_paths or None, "compute": args.compute}, args.json):
         return 0
@@ -142,9 +147,12 @@ def run(args) -> int:
     print(f"median |error| {100 * result['median_abs_error']:.1f} %, max {100 * result['max_abs_error']:.1f} %, "
           f"median run-to-run spread {100 * result['median_spread']:.1f} %, "
           f"bytes exact: {result['bytes_exact']}; report: {', '.join(str(f) for f in files)}")
-    if after_paths:
+    if after_paths and before_too:
         print(f"priced with the average of {profile_path} and the calibrations among the runs, "
               f"{', '.join(after_paths)}")
+    elif after_paths:
+        print(f"priced with the calibrations among the runs, {', '.join(after_paths)} ({profile_path}, older "
+              f"than {BEFORE_WINDOW_S / 60:.0f} minutes, only sized the runs)")
     return 0
 
 

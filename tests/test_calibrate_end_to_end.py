@@ -52,6 +52,11 @@ def test_calibrate_then_validate_end_to_end(tmp_path, cli):
     assert cold["tau"] in TAUS and all(cold[phase][kind] >= 0 for phase in ("fwd", "bwd") for kind in cold[phase])
     assert result.stdout.count("cold caches: embedding") == 2  # printed for both phases
     assert result.stdout.count("a tensor-parallel piece of a layer: +") == 2
+    # the gradients' concatenation inside the one-rank step op, timed apart: part of the step, fitted per
+    # tensor and element, and printed
+    assert all(0 < r["concat_s"] < r["step_s"] for r in data["samples"]["compute"])
+    assert len(data["step_concat"]["fp32"]) == 2 and min(data["step_concat"]["fp32"]) >= 0
+    assert "gradients concatenated first" in result.stdout
     row = data["samples"]["compute"][0]
     assert len(row["fwd_gaps"]) == 1 and row["fwd_gaps"][0] > 0  # an embedding: one a step, a step apart
     for phase in ("fwd", "bwd"):  # overheads per unit kind (never negative) and a FLOP rate

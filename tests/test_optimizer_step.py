@@ -57,6 +57,66 @@ def test_the_simulator_prices_a_ranks_step_as_the_overhead_plus_its_parameters_a
     assert _step_seconds(before, strategy)[0] == pytest.approx(params / 1e8)
 
 
+PER_TENSOR, PER_ELEMENT = 0.7e-6, 0.3e-9  # the gradients' concatenation inside the step op
+
+
+def _rows_with_concat(overhead: float, rate: float) -> list[dict]:
+    """``_rows`` whose step op begins with the gradients' concatenation, timed apart (``concat_s``)."""
+    tensors = {"tiny": 36, "small": 68}
+    return [{**row, "tensors": tensors[row["model"]],
+             "concat_s": PER_TENSOR * tensors[row["model"]] + PER_ELEMENT * row["params"],
+             "step_s": row["step_s"] + PER_TENSOR * tensors[row["model"]] + PER_ELEMENT * row["params"]}
+            for row in _rows(overhead, rate)]
+
+
+def test_the_step_fit_leaves_out_the_concatenation_timed_apart_and_fits_it_per_tensor_and_element():
+    rows = _rows_with_concat(0.5e-3, 2.3e8)
+    assert calibrate.fit_optimizer_step(rows) == pytest.approx([0.5e-3, 2.3e8])
+    assert calibrate.fit_tensor_work(rows, "concat_s") == pytest.approx([PER_TENSOR, PER_ELEMENT])
+    with_it = calibrate.fit_optimizer_step([{k: v for k, v in row.items() if k != "concat_s"} for row in rows])
+    assert with_it[0] > 0.5e-3 and with_it[1] < 2.3e8  # not timed apart: the line holds it
+    fresh = calibrate.retimed(_profile(optimizer_step={"fp32": [1e-3, 1e8]}), [rows], "fp32")
+    assert fresh.optimizer_step["fp32"] == pytest.approx([0.5e-3, 2.3e8])
+    assert fresh.step_concat["fp32"] == pytest.approx([PER_TENSOR, PER_ELEMENT])
+
+
+@pytest.mark.parametrize("strategy, concatenates", [("ddp", True), ("dp", True), ("zero1", True), ("pp", True),
+                                                    ("tp", True), ("zero2", False), ("zero3", False)])
+def test_a_step_that_concatenates_the_held_gradients_pays_for_each_tensor_and_element(strategy, concatenates):
+    """ModelStates.step flattens every gradient the rank holds before stepping it (ZeRO-1: then its chunk);
+    ZeRO-2 and 3 step the reduced shard they kept. Priced as the executor does it, exactly."""
+    from simpar.strategies.work import Work
+
+    fitted = _profile(optimizer_step={"fp32": [0.5e-3, 2.3e8]}, step_concat={"fp32": [PER_TENSOR, PER_ELEMENT]})
+    seconds, params = _step_seconds(fitted, strategy)
+    scenario = case_scenario(strategy, 2, "fp32")
+    program = build_plan(scenario).program_of(0)
+    units = {op.unit for op in program.ops if isinstance(op, Compute) and op.unit >= 0}
+    spec = scenario.model
+    concat = (PER_TENSOR * sum(spec.unit_tensors(spec.unit_kind(u)) for u in units)
+              + PER_ELEMENT * Work(scenario).params(units))
+    assert seconds == pytest.approx(0.5e-3 + params / 2.3e8 + (concat if concatenates else 0.0))
+    if strategy == "zero1":  # the whole model's gradients flattened, a half of them stepped
+        assert Work(scenario).params(units) == 2 * params
+
+
+@pytest.mark.parametrize("gpus", [1, 2])
+def test_an_offloaded_step_concatenates_nothing(gpus):
+    """The host steps the gradients copied to it (one rank too: nothing is kept on the device)."""
+    from simpar.models import model
+    from simpar.scenario import make_scenario
+
+    fitted = _profile(optimizer_step={"fp32": [0.5e-3, 2.3e8]}, step_concat={"fp32": [PER_TENSOR, PER_ELEMENT]})
+    scenario = make_scenario(model("tiny-deep"), "zero2-offload", gpus, micro_batch=2, topology="cpu-host")
+    plan = build_plan(scenario)
+    costs = OpCosts(plan, scenario, fitted.topology(2, "fp32"))
+    concat = {"concat_tensor": PER_TENSOR, "concat_element": PER_ELEMENT}
+    assert costs._step_concat(plan.program_of(0), concat) == 0.0
+    ddp = make_scenario(model("tiny-deep"), "ddp", gpus, micro_batch=2, topology="cpu-host")
+    plan = build_plan(ddp)
+    assert OpCosts(plan, ddp, fitted.topology(2, "fp32"))._step_concat(plan.program_of(0), concat) > 0.0
+
+
 def test_retimed_refits_the_step_and_keeps_it_when_the_passes_have_none():
     profile = _profile(optimizer_step={"fp32": [1e-3, 1e8]})
     fresh = calibrate.retimed(profile, [_rows(0.4e-3, 3e8), _rows(0.6e-3, 3e8)], "fp32")

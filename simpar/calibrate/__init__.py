@@ -189,7 +189,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
         passes.append(compute_pass(precision, repeats, timeout))
     alone = average_passes(passes)
     compute, between, step, table, scores, cold = fit_compute(alone)
-    handling, sharded = fit_tensor_work(alone), fit_sharded_work(alone)
+    handling, sharded, concat = fit_tensor_work(alone), fit_sharded_work(alone), fit_tensor_work(alone, "concat_s")
     rates = {}
     for name in ("adam", "sgd"):
         rows = [s for s in host["steps"] if s["optimizer"] == name]
@@ -206,6 +206,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
                               resume=resume, series_late=later_calls,
                               resume_after_recv=resume_after_recv, resume_unit=unit_alone, between_ops=between,
                               optimizer_params_per_s=rates, optimizer_step={precision: step} if step else {},
+                              step_concat={precision: concat} if step and concat else {},
                               tensor_work={precision: handling} if handling else {},
                               sharded_work={precision: sharded} if sharded else {},
                               embedding_table={precision: table}, attention_scores={precision: scores},
@@ -277,13 +278,17 @@ def fit_sharded_work(alone: list[dict]) -> dict[str, list[float]]:
 
 def fit_optimizer_step(alone: list[dict]) -> list[float]:
     """[overhead s, params/s] of the executor's Adam step op, a line through (parameters, seconds) of the
-    calibrated models (one point per model and batch: the batch does not change the step); [] for rows
-    from before the step was timed, or a flat fit (``fit_line`` keeps both terms non-negative)."""
+    calibrated models (one point per model and batch: the batch does not change the step), less the
+    gradients' concatenation it begins with where that was timed (``concat_s``: ``step_concat``, which
+    ZeRO-2 and 3 do not pay); [] for rows from before the step was timed, or a flat fit (``fit_line`` keeps
+    both terms non-negative)."""
     rows = {(row["model"], row["batch"]): row for row in alone if "step_s" in row}
     if len({row["params"] for row in rows.values()}) < 2:
         return []
+    apart = all("concat_s" in row for row in rows.values())
     overhead, seconds_per_param = fit_line([row["params"] for row in rows.values()],
-                                           [row["step_s"] for row in rows.values()])
+                                           [row["step_s"] - (row["concat_s"] if apart else 0.0)
+                                            for row in rows.values()])
     if seconds_per_param <= 0:
         return []
     return [overhead, 1.0 / seconds_per_param]
@@ -295,12 +300,13 @@ def retimed(profile: HardwareProfile, passes: list[list[dict]], precision: str) 
     alone = average_passes(passes)
     fitted, between, step, table, scores, cold = fit_compute(alone)
     steps = {**profile.optimizer_step, precision: step} if step else profile.optimizer_step
-    handling = fit_tensor_work(alone)
+    handling, concat = fit_tensor_work(alone), fit_tensor_work(alone, "concat_s")
     handled = {**profile.tensor_work, precision: handling} if handling else profile.tensor_work
+    concats = {**profile.step_concat, precision: concat} if step and concat else profile.step_concat
     sharded = fit_sharded_work(alone)
     sharded = {**profile.sharded_work, precision: sharded} if sharded else profile.sharded_work
     return replace(profile, compute={**profile.compute, precision: fitted}, between_ops=between, optimizer_step=steps,
-                   tensor_work=handled, sharded_work=sharded,
+                   tensor_work=handled, sharded_work=sharded, step_concat=concats,
                    embedding_table={**profile.embedding_table, precision: table},
                    attention_scores={**profile.attention_scores, precision: scores},
                    unit_cold={**profile.unit_cold, precision: cold} if cold else profile.unit_cold,

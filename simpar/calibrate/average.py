@@ -30,10 +30,11 @@ _AVERAGED = ("compute", "slowdown", "ring", "optimizer_params_per_s", "copy_byte
              "handoff", "send_issue", "resume_after_recv", "wake_growth", "wake_curve", "wake_phase", "between_ops",
              "resume_unit", "worker_server_curve", "optimizer_step", "tensor_work", "embedding_table", "worker_server",
              "wake_short", "sharded_work", "attention_scores", "late_recv", "series_late",
-             "unit_cold", "tp_piece")
+             "unit_cold", "tp_piece", "step_concat")
 
 
 _UNIT_FIT = ("compute", "embedding_table", "attention_scores", "unit_cold")  # fitted together (fit_compute)
+_STEP_FIT = ("optimizer_step",)  # without the gradients' concatenation where a profile timed it apart (step_concat)
 
 
 def _mean(values: list[float], rate: bool) -> float:
@@ -74,9 +75,12 @@ def _measured(profiles: list[HardwareProfile], name: str) -> list:
     """Each profile's ``name``; a table some profiles lack (empty: calibrated before simpar measured it)
     is averaged over those that have it, not refused. The units' fit comes from the profiles that fitted the
     cold caches apart (``unit_cold``) where any did: the overheads of one fitted without them hold part of
-    them, and averaged in they would be paid twice."""
+    them, and averaged in they would be paid twice; so does an optimizer step fitted with its gradients'
+    concatenation in it, beside profiles that timed the concatenation apart (``step_concat``)."""
     if name in _UNIT_FIT and any(p.unit_cold for p in profiles):
         profiles = [p for p in profiles if p.unit_cold]
+    if name in _STEP_FIT and any(p.step_concat for p in profiles):  # likewise: the others' step holds it
+        profiles = [p for p in profiles if p.step_concat]
     values = [getattr(p, name) for p in profiles]
     if any(isinstance(v, dict) for v in values):
         return [v for v in values if v] or values[:1]

@@ -54,14 +54,15 @@ def compute_worker(ctx, models: list[str], batches: list[int], precision: str, r
     op (Adam over the whole model: ``step_s`` for ``params``) is timed here too, for the same reason:
     after the backward has filled the caches with other data, and with the executor's gradient
     flattening around it, it took 1.0 ms for tiny's 119 K parameters where Adam stepping the same
-    tensor again and again (``host_worker``) took 0.33 ms. So is its gradients' all-reduce op, which on
+    tensor again and again (``host_worker``) took 0.33 ms; ``concat_s``, the part of it that flattens the
+    gradients first, which ZeRO-2 and 3 do not (``handling.concat_timer``). So is its gradients' all-reduce op, which on
     one rank communicates nothing: ``reduce_s`` is the executor's own handling of the data around any
     data-parallel collective (``tensors`` parameter tensors concatenated into one buffer, scaled, and
     each gradient re-pointed into it); ``gather_s`` what ZeRO-1/2's all-gather does instead and
     ``scatter_s`` what ZeRO-2's reduce-scatter does, timed right after each step (``handling``). Each unit's
     gap since the last of its kind and phase ended (``fwd_gaps``, ``bwd_gaps``: by its place in the step) is
     what its cold caches are fitted on (calibrate/cold.py)."""
-    from simpar.calibrate.handling import between_ops, time_gather, time_scatter
+    from simpar.calibrate.handling import between_ops, concat_timer, time_gather, time_scatter
     from simpar.real.executor import RankExecutor
 
     rows = []
@@ -77,9 +78,12 @@ def compute_worker(ctx, models: list[str], batches: list[int], precision: str, r
             handled: list[float] = []  # the gradients' all-reduce op: on one rank, flattening and re-pointing
             gathered: list[float] = []  # ZeRO-1/2's all-gather: the parameters copied out of a buffer
             scattered: list[float] = []  # ZeRO-2's reduce-scatter: the gradients concatenated, then dropped
+            concats = concat_timer(executor.states)  # the gradients flattened inside the step op (in stepped)
             clock = GapClock()  # each unit's time since the last of its kind (calibrate/cold.py)
             try:
                 for step in range(repeats + 2):
+                    if step == 2:
+                        del concats[:]  # the timed steps' alone
                     executor.step(step)
                     t0 = executor.recorder.step_started
                     clock.add_step([(spec.unit_kind(ops[e["op"]].unit), ops[e["op"]].phase, t0 + e["start"],
@@ -110,7 +114,8 @@ def compute_worker(ctx, models: list[str], batches: list[int], precision: str, r
                              "bwd_s": statistics.fmean(seconds[(kind, "bwd")]),
                              "fwd_gaps": clock.gaps(kind, "fwd"), "bwd_gaps": clock.gaps(kind, "bwd"),
                              "between_ops_s": statistics.fmean(between), "params": spec.params,
-                             "step_s": statistics.fmean(stepped), "reduce_s": statistics.fmean(handled),
+                             "step_s": statistics.fmean(stepped), "concat_s": sum(concats) / len(stepped),
+                             "reduce_s": statistics.fmean(handled),
                              "gather_s": statistics.fmean(gathered), "scatter_s": statistics.fmean(scattered),
                              "tensors": sum(spec.unit_tensors(spec.unit_kind(u)) for u in range(work.num_units))})
     return rows

@@ -9,7 +9,8 @@ and 2 (docs/calibration.md). One rank skips the all-gather op (its shard is the 
 timed here directly, with the executor's own code, right after each of its steps. So is the executor's
 own work between ops (``between_ops``), read off the same one-rank steps, and ZeRO-2's handling of its
 gradients around the reduce-scatter (``time_scatter``): it keeps its chunk alone and drops each gradient,
-where ZeRO-1 re-points every gradient into the reduced buffer as the all-reduce does.
+where ZeRO-1 re-points every gradient into the reduced buffer as the all-reduce does. And the
+concatenation of the gradients inside the optimizer's step (``concat_timer``), which ZeRO-2 and 3 do not make.
 """
 
 from __future__ import annotations
@@ -47,6 +48,35 @@ def time_scatter(states) -> float:
     seconds = time.perf_counter() - began
     del kept
     return seconds
+
+
+def concat_timer(states) -> list[float]:
+    """Seconds of each concatenation of the held gradients inside ``states``' optimizer step, appended to the
+    list returned as the steps run: ``ModelStates.step`` flattens the gradients of the units it steps into
+    one tensor (``ModelStates.flat``) before Adam steps it or its shard (DDP, ZeRO-1, pp, tp), where ZeRO-2
+    and 3 step the reduced shard they kept. Timed inside the executor's own step, as the step meets it."""
+    times: list[float] = []
+    flat, step = states.flat, states.step
+    inside = False
+
+    def timed_flat(units, what: str):
+        if not (inside and what == "grad"):
+            return flat(units, what)
+        began = time.perf_counter()
+        out = flat(units, what)
+        times.append(time.perf_counter() - began)
+        return out
+
+    def timed_step() -> None:
+        nonlocal inside
+        inside = True
+        try:
+            step()
+        finally:
+            inside = False
+
+    states.flat, states.step = timed_flat, timed_step
+    return times
 
 
 def between_ops(step_seconds: float, timeline: list[dict], ops: int) -> float:

@@ -222,6 +222,11 @@ class HardwareProfile:
     # precision -> [seconds, params/s] of the executor's optimizer (Adam) step op on one rank, timed inside
     # its step (compute_worker); empty in older profiles: the bare-tensor rate, no overhead
     optimizer_step: dict[str, list[float]] = field(default_factory=dict)
+    # precision -> [seconds per parameter tensor, seconds per parameter] of the gradients' concatenation inside
+    # that step op (compute_worker: ``handling.concat_timer``), which ``optimizer_step`` then leaves out: ZeRO-2
+    # and 3 step their reduced shard, the others flatten every gradient they hold first; empty in older profiles
+    # (the step's line holds it, for every strategy)
+    step_concat: dict[str, list[float]] = field(default_factory=dict)
     # precision -> [seconds per parameter tensor, seconds per parameter] of the executor's handling of the
     # data around a data-parallel collective (compute_worker's one-rank all-reduce); empty in older profiles
     tensor_work: dict[str, list[float]] = field(default_factory=dict)
@@ -323,11 +328,14 @@ class HardwareProfile:
         return float(self._nearest(self.resume_after_recv, world)) if self.resume_after_recv else 0.0
 
     def step_cost(self, precision: str) -> tuple[dict[str, float], float]:
-        """({"step": seconds per step}, params/s) of the executor's optimizer step: as timed inside its
-        step where measured, else Adam's rate on a bare tensor."""
+        """({"step": seconds per step, "concat_tensor", "concat_element": seconds per gradient tensor and element
+        it concatenates first}, params/s) of the executor's optimizer step: as timed inside its step where
+        measured, else Adam's rate on a bare tensor."""
         if self.optimizer_step.get(precision):
             overhead, rate = self.optimizer_step[precision]
-            return {"step": float(overhead)}, float(rate)
+            per_tensor, per_element = self.step_concat.get(precision) or (0.0, 0.0)
+            return ({"step": float(overhead), "concat_tensor": float(per_tensor),
+                     "concat_element": float(per_element)}, float(rate))
         return {}, self.optimizer_params_per_s.get("adam", 1e8)
 
     # -- the simulator's view -------------------------------------------------------------------

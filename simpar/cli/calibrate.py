@@ -114,6 +114,10 @@ def _save_and_show(profile, args, precision: str, what: str = "") -> int:
         overhead, rate = profile.optimizer_step[precision]
         print(f"  step op    {units.human_time(overhead)} + parameters at {rate / 1e6:,.0f} M params/s "
               "(the executor's Adam step inside its step: what the simulator prices)")
+        if profile.step_concat.get(precision):
+            per_tensor, per_element = profile.step_concat[precision]
+            print(f"             + {1e6 * per_tensor:.2f} us per gradient tensor + {1e9 * per_element:.2f} ns per "
+                  "element of those it holds, the gradients concatenated first (not by ZeRO-2 and 3)")
     print(f"  executor   {1e6 * profile.between_ops:.1f} us of its own work between ops, per op of the plan")
     if profile.tensor_work.get(precision):
         per_tensor, per_element = profile.tensor_work[precision]

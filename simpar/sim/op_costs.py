@@ -167,6 +167,20 @@ class OpCosts:
             return "scatter"
         return ""
 
+    def _step_concat(self, prog, overheads: dict) -> float:
+        """Seconds the executor's optimizer step spends first concatenating the gradients of every unit the rank
+        holds (``ModelStates.step``: DDP, ZeRO-1, which then steps its chunk, pp, tp), as calibrated per tensor
+        and element (``step_concat``); none where the rank keeps only its reduced shard of them (ZeRO-2 and 3)
+        or offloads them (the host steps what was copied to it)."""
+        per_tensor, per_element = overheads.get("concat_tensor", 0.0), overheads.get("concat_element", 0.0)
+        if not (per_tensor or per_element) or self._kept_sharded("grads"):  # offloaded: not kept on the device
+            return 0.0
+        from simpar.strategies.work import Work
+
+        spec, work = self.scenario.model, Work(self.scenario)
+        units = {op.unit for op in prog.ops if isinstance(op, Compute) and op.unit >= 0}
+        return per_tensor * sum(spec.unit_tensors(spec.unit_kind(u)) for u in units) + per_element * work.params(units)
+
     def _kept_sharded(self, category: str) -> bool:
         """Whether a rank keeps less than its whole model's ``category`` (params, grads) on the device for the
         step (as the executor tells: real/states.py), from the first program's allocations."""
@@ -213,7 +227,7 @@ class OpCosts:
         if self.gpu.costs is not None:  # a calibrated profile: the framework's overhead, then the work
             overheads, rate = self.gpu.costs[op.phase]
             if op.phase == "step":  # one optimizer step of the rank's parameters, whatever units they are
-                return overheads.get("step", 0.0) + op.params / rate
+                return overheads.get("step", 0.0) + op.params / rate + self._step_concat(prog, overheads)
             overhead = overheads.get(kind, 0.0) * self._overhead_share(kind, op) if op.part else overheads.get(kind, 0.0)
             if kind == "embedding" and overheads.get("embedding_table"):  # its backward's dense table gradient
                 overhead += overheads["embedding_table"] * self._embedding_table()

@@ -70,7 +70,10 @@ def judge(profile, strategy: str, gpus: int, precision: str, runs: list[dict]) -
     return {"strategy": strategy, "gpus": gpus, "sim_step_s": sim["step_time_s"], "real_step_s": real["step_time_s"],
             "error": c["step_time_s"]["error"], "bytes_exact": bytes_exact, "memory_exact": memory_exact,
             "real_runs_s": times, "spread": (max(times) - min(times)) / real["step_time_s"],
-            "real_steps_s": real["ranks"][0]["step_times_s"], "steps": real.get("steps")}
+            "real_steps_s": real["ranks"][0]["step_times_s"], "steps": real.get("steps"),
+            # where the step's time went, priced and measured (the median run's mean per rank and step), so a
+            # miss can be traced to an op class
+            "op_time_s": {kind: [row["sim"], row["real"]] for kind, row in c["op_time_s"].items()}}
 
 
 def run_cases(profile, pairs: list[tuple[str, int]], precision: str, steps: int, timeout: float,

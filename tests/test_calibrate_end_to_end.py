@@ -75,6 +75,8 @@ def test_calibrate_then_validate_end_to_end(tmp_path, cli):
         runs = case["real_runs_s"]
         assert len(runs) == 2 and case["real_step_s"] == min(runs)
         assert case["spread"] == pytest.approx((max(runs) - min(runs)) / min(runs))
+        priced, measured = case["op_time_s"]["forward"]  # where the step went, priced and measured
+        assert priced > 0 < measured and case["op_time_s"]["collectives"][1] > 0
     assert "| zero3 | 2 |" in report.read_text()
     after = report.with_suffix(".after.json")  # calibrated again once the runs were done, and averaged
     assert out["calibrated_after"] == [str(after)] and set(json.loads(after.read_text())["ring"]) == {"2"}

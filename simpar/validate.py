@@ -16,6 +16,7 @@ import statistics
 from pathlib import Path
 
 from simpar.models import model
+from simpar.plan import OP_CLASSES
 from simpar.scenario import make_scenario
 from simpar.sim import simulate
 
@@ -195,9 +196,26 @@ def write_report(path: Path, profile_path: str, cases: list[dict], result: dict,
                      f"{1e3 * c['real_step_s']:.1f} ms | {100 * c['error']:+.1f} % | {100 * c['spread']:.0f} % | "
                      f"{c.get('steps') or ''} | "
                      f"{'yes' if c['bytes_exact'] else 'NO'} | {'yes' if c['memory_exact'] else 'NO'} |")
+    lines += _op_class_table(cases)
     lines += ["", f"![simulated against measured step time]({plot_path.name})", ""]
     path.write_text("\n".join(lines))
     return [path, csv_path, plot_path]
+
+
+def _op_class_table(cases: list[dict]) -> list[str]:
+    """Markdown: where each case's step went, priced / measured per op class (``judge``'s ``op_time_s``), so
+    a miss can be traced to its ops; none for cases without it."""
+    cases = [c for c in cases if c.get("op_time_s")]
+    if not cases:
+        return []
+    kinds = [k for k in OP_CLASSES if any(any(c["op_time_s"].get(k, (0.0, 0.0))) for c in cases)]
+    lines = ["", "Time per op class, priced / measured (ms per rank and step, the median run; ops run one at a time; "
+             "the executor's work between ops is priced in its computes, measured outside every op):",
+             "", "| strategy | ranks | " + " | ".join(kinds) + " |", "| --- | ---: |" + " ---: |" * len(kinds)]
+    for c in cases:
+        cells = [f"{1e3 * c['op_time_s'][k][0]:.2f} / {1e3 * c['op_time_s'][k][1]:.2f}" for k in kinds]
+        lines.append(f"| {c['strategy']} | {c['gpus']} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def _plot(path: Path, cases: list[dict]) -> None:

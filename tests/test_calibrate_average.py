@@ -208,7 +208,13 @@ def test_the_report_names_the_calibration_after_the_runs(tmp_path):
     assert "averaged with the calibrations taken among the runs (`v.after.json`" in report.read_text()
     validate.write_report(report, "hw.json", [case], validate.summary([case]), after="v.after.json", before_too=False)
     assert "priced with the calibrations taken among the runs alone" in report.read_text()
-    assert "only sized the runs" in report.read_text()
+    assert "only sized the runs" in report.read_text() and "per op class" not in report.read_text()
+    classes = {"forward": [4.03e-3, 3.72e-3], "backward": [6.35e-3, 5.82e-3], "optimizer step": [1.92e-3, 1.76e-3],
+               "collectives": [6.95e-3, 6.57e-3], "pipeline p2p": [0.0, 0.0], "offload copies": [0.0, 0.0]}
+    validate.write_report(report, "hw.json", [{**case, "op_time_s": classes}], validate.summary([case]))
+    text = report.read_text()  # where the step went, for the classes any case has
+    assert "| strategy | ranks | forward | backward | optimizer step | collectives |" in text
+    assert "| ddp | 2 | 4.03 / 3.72 | 6.35 / 5.82 | 1.92 / 1.76 | 6.95 / 6.57 |" in text
 
 
 def test_a_table_one_profile_lacks_is_averaged_over_the_profiles_that_have_it():

@@ -178,8 +178,13 @@ class OpCosts:
         from simpar.strategies.work import Work
 
         spec, work = self.scenario.model, Work(self.scenario)
-        units = {op.unit for op in prog.ops if isinstance(op, Compute) and op.unit >= 0}
+        units = self._held_units(prog)
         return per_tensor * sum(spec.unit_tensors(spec.unit_kind(u)) for u in units) + per_element * work.params(units)
+
+    @staticmethod
+    def _held_units(prog) -> set[int]:
+        """The units whose parameters a program's rank holds: those it computes."""
+        return {op.unit for op in prog.ops if isinstance(op, Compute) and op.unit >= 0}
 
     def _kept_sharded(self, category: str) -> bool:
         """Whether a rank keeps less than its whole model's ``category`` (params, grads) on the device for the
@@ -188,8 +193,7 @@ class OpCosts:
             from simpar.strategies.work import Work
 
             prog = self.plan.programs[0]
-            units = {op.unit for op in prog.ops if isinstance(op, Compute) and op.unit >= 0}
-            whole = self.scenario.train.weight_bytes * Work(self.scenario).params(units)
+            whole = self.scenario.train.weight_bytes * Work(self.scenario).params(self._held_units(prog))
             self._sharded[category] = prog.kept_bytes(category) < whole
         return self._sharded[category]
 

@@ -141,9 +141,12 @@ class Recalibrations:
         later.save(path)
         self.taken.append((later, path))
 
+    def counts_before(self) -> bool:
+        """Whether the profile from before prices the runs: it is of their window, or nothing else was taken."""
+        return self.before_in_window or not self.taken
+
     def _window(self, profile) -> list[tuple[object, str]]:
-        before = [(profile, self.profile_path)] if self.before_in_window or not self.taken else []
-        return before + self.taken
+        return ([(profile, self.profile_path)] if self.counts_before() else []) + self.taken
 
     def sources(self, profile) -> list[str]:
         """Where the profiles the runs are priced with come from (``priced``)."""

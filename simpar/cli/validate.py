@@ -133,7 +133,7 @@ def run(args) -> int:
                           after=later.priced if later else None, after_round=later.after_round if later else None)
     after_paths = [path for _, path in later.taken] if later else []
     result = summary(cases)
-    before_too = not later or later.sources(profile)[0] == profile_path
+    before_too = not later or later.counts_before()
     files = write_report(out, profile_path, cases, result, retimed=args.compute == "retimed",
                          after=", ".join(after_paths), before_too=before_too)
     if args.json and write_json({"summary": result, "cases": cases, "hardware": profile_path,

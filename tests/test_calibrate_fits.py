@@ -91,7 +91,7 @@ def test_pattern_rows_take_the_resume_off_what_the_calls_cost():
 
 def test_compute_passes_are_averaged_unit_by_unit():
     """Compute is timed in several passes spread over the calibration (the machine drifts): each unit's
-    forward and backward is the mean of its passes, each pass kept for the record."""
+    forward and backward is the median of its passes (of two, their mean), each pass kept for the record."""
     from simpar.calibrate import average_passes
 
     row = {"model": "tiny", "batch": 1, "unit": "layer", "fwd_flops": 1.0, "bwd_flops": 2.0}
@@ -106,6 +106,18 @@ def test_compute_passes_are_averaged_unit_by_unit():
     assert layer["passes_fwd_s"] == [1e-3, 2e-3] and passes[0][0]["fwd_s"] == 1e-3  # inputs untouched
 
 
+def test_a_pass_in_a_slow_state_does_not_move_three():
+    """Three passes, the second drawn in a slow state (every row 1.5x): each row is the median of its passes,
+    the two others' middle, not a mean the slow pass pulls up."""
+    from simpar.calibrate import average_passes
+
+    row = {"model": "tiny", "batch": 1, "unit": "layer", "fwd_flops": 1.0, "bwd_flops": 2.0}
+    passes = [[dict(row, fwd_s=f, bwd_s=2 * f, between_ops_s=f / 100, step_s=f)] for f in (1.0e-3, 1.5e-3, 1.1e-3)]
+    (layer,) = average_passes(passes)
+    assert (layer["fwd_s"], layer["bwd_s"], layer["step_s"]) == pytest.approx((1.1e-3, 2.2e-3, 1.1e-3))
+    assert layer["between_ops_s"] == pytest.approx(1.1e-5) and layer["passes_fwd_s"] == [1.0e-3, 1.5e-3, 1.1e-3]
+
+
 def test_between_ops_is_the_steps_time_outside_every_timed_op_per_op_of_the_plan():
     """A 10 ms step whose two timed ops last 3 and 5 ms spent 2 ms between ops; over 40 plan ops (Alloc
     and Free count: the executor handles them too) that is 50 us each. Never below zero."""
@@ -116,31 +128,43 @@ def test_between_ops_is_the_steps_time_outside_every_timed_op_per_op_of_the_plan
     assert between_ops(7e-3, timeline, 40) == 0.0
 
 
-def test_the_wake_curve_is_each_loops_call_beyond_the_first_loops_never_falling():
-    """Two ranks, clock times in ms, [compute start, compute end, call end], a loop per length of compute:
-    after the shortest (3 ms of compute on average) the call takes 10 ms, the next ones 16, 15 (a dip:
-    noise, held at the point before), 18 and 19 ms: the curve is the compute before each and the call's
-    extra over the first, never falling."""
+def test_the_wake_curve_is_the_square_root_fit_of_each_loops_call_beyond_the_first_loops():
+    """Two ranks, clock times in ms, [compute start, compute end, call end], a loop per length of compute
+    (3, 13, 23, 33, 43 ms on average): calls on 4 + 2 sqrt(compute in ms) ms come back as the fit's rise from
+    the first loop exactly; the same calls with the third loop's dipped and the fourth's raised by as much
+    (noise) give the least-squares slope, not the points; calls that fall give a flat curve, never below 0."""
     from simpar.calibrate import PHASE_UNITS, wake_curve
     from simpar.calibrate.bench import phase_cost
 
     ms = lambda *t: [x * 1e-3 for x in t]
     assert len(PHASE_UNITS) == 5 and PHASE_UNITS[0] == 1
-    calls = [10, 16, 15, 18, 19]
-    loops = list(enumerate(zip(PHASE_UNITS, calls)))
-    ranks = [{"phases": {str(u): [ms(0, end + 10 * i, end + 10 * i + c)] for i, (u, c) in loops}} for end in (2, 4)]
-    ranks[0]["phases"]["1"].append(ms(20, 22, 33))
-    ranks[1]["phases"]["1"].append(ms(20, 24, 33))
-    assert phase_cost([r["phases"]["1"] for r in ranks]) == pytest.approx((3e-3, 10e-3))
+    computes = [3.0, 13.0, 23.0, 33.0, 43.0]
+
+    def ranks_with(calls):
+        loops = list(enumerate(zip(PHASE_UNITS, calls)))
+        ranks = [{"phases": {str(u): [ms(0, end + 10 * i, end + 10 * i + c)] for i, (u, c) in loops}}
+                 for end in (2, 4)]
+        for r in ranks:  # the Worker-Server all-reduce's loops, kept apart: its own curve (calls half as long)
+            r["phases"].update({f"ps{u}": [[m[0], m[1], m[1] + (m[2] - m[1]) / 2] for m in marks]
+                                for u, marks in list(r["phases"].items())})
+        return ranks
+
+    exact = [4 + 2 * c ** 0.5 for c in computes]
+    ranks = ranks_with(exact)
+    assert phase_cost([r["phases"]["1"] for r in ranks]) == pytest.approx((3e-3, exact[0] * 1e-3))
     phases, extras, record = wake_curve(ranks)
-    assert phases == pytest.approx([3e-3, 13e-3, 23e-3, 33e-3, 43e-3])
-    assert extras == pytest.approx([0.0, 6e-3, 6e-3, 8e-3, 9e-3])
-    assert record["call_s"] == pytest.approx([10e-3, 16e-3, 15e-3, 18e-3, 19e-3])
-    for r in ranks:  # the Worker-Server all-reduce's loops, kept apart: its own curve
-        r["phases"].update({f"ps{u}": [[m[0], m[1], m[1] + (m[2] - m[1]) / 2] for m in marks]
-                            for u, marks in list(r["phases"].items()) if not u.startswith("ps")})
-    assert wake_curve(ranks, "ps")[1] == pytest.approx([0.0, 3e-3, 3e-3, 4e-3, 4.5e-3])
-    assert wake_curve(ranks)[1] == pytest.approx(extras)
+    assert phases == pytest.approx(ms(*computes))
+    rise = [2e-3 * (c ** 0.5 - 3 ** 0.5) for c in computes]  # 2 ms per sqrt(ms) is 2e-3 / sqrt(1e-3) per sqrt(s)
+    assert extras == pytest.approx(rise)
+    assert record["call_s"] == pytest.approx(ms(*exact))
+    assert wake_curve(ranks, "ps")[1] == pytest.approx([e / 2 for e in rise])
+
+    noisy = [c + d for c, d in zip(exact, [0.0, 0.0, -1.5, 1.5, 0.0])]
+    slope = np.polyfit(np.sqrt(ms(*computes)), ms(*noisy), 1)[0]
+    extras = wake_curve(ranks_with(noisy))[1]
+    assert extras == pytest.approx([slope * (np.sqrt(c * 1e-3) - np.sqrt(3e-3)) for c in computes])
+    assert extras[2] > 0 and extras != pytest.approx([(n - noisy[0]) * 1e-3 for n in noisy])
+    assert wake_curve(ranks_with([10, 9, 8, 7, 6]))[1] == [0.0] * 5
 
 
 def test_the_embeddings_backward_is_fitted_an_overhead_and_a_cost_per_element_of_its_table():

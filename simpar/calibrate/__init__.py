@@ -41,6 +41,7 @@ PHASE_SIZE = 2**18  # the all-reduce after phase_worker's short and long compute
 PHASE_SECONDS = 12.0
 BURST_SECONDS = 6.0  # the same for burst_worker's rounds (the compute slowdown of ranks computing at once)
 OPTIMIZER_PARAMS = [2**14, 2**18, 2**20]
+MIN_PASSES = 3  # one-rank compute passes a calibration takes at least (one per world size and one before)
 
 
 def default_path(precision: str) -> Path:
@@ -64,14 +65,20 @@ def _both(ctx, precision: str, repeats: int) -> dict:
 
 def wake_curve(ranks: list[dict], kind: str = "") -> tuple[list[float], list[float], dict]:
     """(the compute before the call after each of ``PHASE_UNITS``' loops of ``phase_worker``, seconds, and
-    what the call costs beyond the call after the first, shortest, loop, the record): the measured curve
-    of how a call's cost grows with the compute before it (``kind`` "ps": the Worker-Server all-reduce's
-    loops). Never falling (a longer compute does not bring the ranks closer; a dip is noise): each point
-    at least the one before, the first 0."""
+    what the call costs beyond the call after the first, shortest, loop, the record): how a call's cost grows
+    with the compute before it (``kind`` "ps": the Worker-Server all-reduce's loops). What it grows by is the
+    ranks' lag behind each other, which grows as a random walk's, as the square root of the compute: the
+    calls are fitted ``a + k sqrt(compute)`` (least squares over the five loops, ``k`` at least 0) and the
+    curve is that fit's rise from the first loop. Read point by point (each the call beyond the first, held
+    from falling) the curve took each loop's noise whole: at 2 ranks the point after 8 units read 0.57 to 2.76
+    ms across six calibrations of one hour, and holding it from falling raised every dip (docs/calibration.md).
+    The record keeps the calls as measured."""
     points = [phase_cost([r["phases"][f"{kind}{units}"] for r in ranks]) for units in PHASE_UNITS]
     phases, calls = [p for p, _ in points], [c for _, c in points]
-    extras = list(np.maximum.accumulate([max(c - calls[0], 0.0) for c in calls]))
-    return phases, [float(e) for e in extras], {"phase_s": phases, "call_s": calls}
+    root = np.sqrt(phases)
+    slope = max(float(np.polyfit(root, calls, 1)[0]), 0.0) if len(set(phases)) > 1 else 0.0
+    extras = [slope * float(r - root[0]) for r in root]
+    return phases, extras, {"phase_s": phases, "call_s": calls}
 
 
 def pattern_rows(ranks: list[dict], world: int, resume: float = 0.0) -> list[dict]:
@@ -88,15 +95,17 @@ def pattern_rows(ranks: list[dict], world: int, resume: float = 0.0) -> list[dic
 
 def average_passes(passes: list[list[dict]]) -> list[dict]:
     """The rows of several ``compute_worker`` passes (the same units, in the same order) with each
-    unit's forward, backward and optimizer step seconds averaged over the passes; ``passes_<key>`` keeps
-    each pass's, for the record."""
+    unit's forward, backward and optimizer step seconds the median of the passes (two: their mean);
+    ``passes_<key>`` keeps each pass's, for the record. The median, as a pass drawn in one of this VM's slow
+    states reads every row slow at once (2026-11-26: one pass of three calibrations read the layer's forward
+    593 us where the other five read 391-414), and the mean of a calibration's two passes took half of it."""
     rows = []
     for same in zip(*passes):
         row = dict(same[0])
         timed = ("fwd_s", "bwd_s", "between_ops_s", "step_s", "reduce_s", "gather_s", "scatter_s")
         for phase in [p for p in timed if p in row]:
             row[f"passes_{phase}"] = [r[phase] for r in same]
-            row[phase] = statistics.fmean(row[f"passes_{phase}"])
+            row[phase] = statistics.median(row[f"passes_{phase}"])
         for gaps in [g for g in ("fwd_gaps", "bwd_gaps") if all(g in r for r in same)]:  # position by position
             row[gaps] = [statistics.fmean(values) for values in zip(*(r[gaps] for r in same))]
         rows.append(row)
@@ -185,6 +194,9 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
                               "late": {size: statistics.fmean(t for r in ranks for t in r["late"][size])
                                        for size in ranks[0]["late"]},
                               "back_to_back": [alpha, 1.0 / seconds_per_byte if seconds_per_byte else 1e12]}
+        say(f"compute, one rank (pass {len(passes) + 1})")
+        passes.append(compute_pass(precision, repeats, timeout))
+    while len(passes) < MIN_PASSES:  # a median that one pass of a slow state cannot move
         say(f"compute, one rank (pass {len(passes) + 1})")
         passes.append(compute_pass(precision, repeats, timeout))
     alone = average_passes(passes)

@@ -246,6 +246,8 @@ def test_wake_curves_average_point_by_point():
     second.worker_server_curve = {"2": [[3e-3, 10e-3], [0.0, 3e-3]]}
     first.series_late, second.series_late = {"2": -4e-4}, {"2": -2e-4}
     assert average_profiles([first, second], ["a", "b"]).series_late == {"2": pytest.approx(-3e-4)}
+    first.series_level, second.series_level = {"2": 3e-4}, {"2": 1e-4}
+    assert average_profiles([first, second], ["a", "b"]).series_level == {"2": pytest.approx(2e-4)}
     both = average_profiles([first, second], ["a", "b"]).worker_server_curve
     assert both["2"] == [pytest.approx([2e-3, 9e-3]), pytest.approx([0.0, 2e-3])]
 

@@ -33,6 +33,8 @@ def test_calibrate_then_validate_end_to_end(tmp_path, cli):
     # the later calls' shift, measured where the ranks do not outnumber the cores
     assert set(data["series_late"]) == ({"2"} if (os.cpu_count() or 1) >= 2 else set())
     assert all(abs(shift) < 1.0 for shift in data["series_late"].values())
+    assert set(data["series_level"]) == set(data["series_late"])  # ZeRO-3's gathers' level, where timed
+    assert all(abs(level) < 1.0 for level in data["series_level"].values())
     # the first call after a short compute (timed warm), beyond what the fitted ring prices that call at
     from simpar.calibrate import PHASE_SIZE
     from simpar.calibrate.profile import ring_price

@@ -24,7 +24,8 @@ from simpar.calibrate.pipeline_bench import late_recv_cost, late_worker, relay_w
 from simpar.calibrate.cold import COLD_KINDS, TAUS
 from simpar.calibrate.profile import (HardwareProfile, fit_collective_costs, fit_line, fit_unit_costs, machine_id,
                                      ring_price, ring_steps, step_bytes, unit_fit_residual)
-from simpar.calibrate.series import SERIES, SERIES_SECONDS, series_late, series_positions, series_wake, series_worker
+from simpar.calibrate.series import (SERIES, SERIES_SECONDS, series_late, series_level, series_positions, series_wake,
+                                    series_worker)
 from simpar.calibrate.tp_bench import fit_tp_pieces, tp_piece_worker
 from simpar.real import awake
 from simpar.real.launch import launch
@@ -124,7 +125,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
     host = launch(host_worker, 1, (OPTIMIZER_PARAMS, repeats), timeout=timeout)[0]
     slowdown, ring, wake, handoff, resume, resume_after_recv, shared = {"1": 1.0}, {}, {}, {}, {}, {}, {}
     curve, ps_curve, phase, unit_alone, issue, worker_server, short_wake, late = {}, {}, {}, {}, {}, {}, {}, {}
-    later_calls = {}
+    later_calls, series_calls = {}, {}
     for world in worlds:
         say(f"{world} ranks at once: compute and ring steps")
         ranks = launch(_both, world, (precision, repeats), timeout=timeout)
@@ -168,9 +169,10 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
         # time slices instead (20-29 ms a call at 8 ranks on 2 cores, its position's effect lost in them)
         positions = []
         if world <= (os.cpu_count() or 1):
-            series = [r["series"] for r in launch(series_worker, world, (SERIES_SECONDS * repeats / 10,),
-                                                  timeout=timeout)]
+            timed = launch(series_worker, world, (SERIES_SECONDS * repeats / 10,), timeout=timeout)
+            series = [r["series"] for r in timed]
             positions, later_calls[str(world)] = series_positions(series), series_late(series) / (world - 1)
+            series_calls[str(world)] = timed[0]["calls"]
         # a pipeline receive posted after its send: gloo's rendezvous makes it wait for the sender's thread
         late[str(world)] = late_recv_cost([r["late"] for r in ranks], bandwidth)
         # ... and how much more a call costs after a longer compute (the wait for the slowest rank grows)
@@ -202,6 +204,9 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
     alone = average_passes(passes)
     compute, between, step, table, scores, cold = fit_compute(alone)
     handling, sharded, concat = fit_tensor_work(alone), fit_sharded_work(alone), fit_tensor_work(alone, "concat_s")
+    # what the executor's ZeRO-3 gathers pay from the second of a series on beyond the price of a bare call
+    levels = {w: series_level(shared[w]["series"], calls, int(w), *ring[w], handling)
+              for w, calls in series_calls.items()}
     rates = {}
     for name in ("adam", "sgd"):
         rows = [s for s in host["steps"] if s["optimizer"] == name]
@@ -215,7 +220,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
                               wake=wake, wake_curve=curve, wake_phase=phase, handoff=handoff, send_issue=issue,
                               late_recv=late,
                               worker_server=worker_server, worker_server_curve=ps_curve, wake_short=short_wake,
-                              resume=resume, series_late=later_calls,
+                              resume=resume, series_late=later_calls, series_level=levels,
                               resume_after_recv=resume_after_recv, resume_unit=unit_alone, between_ops=between,
                               optimizer_params_per_s=rates, optimizer_step={precision: step} if step else {},
                               step_concat={precision: concat} if step and concat else {},

@@ -213,6 +213,10 @@ class HardwareProfile:
     # calibrate/series.py), for world sizes up to the cores; elsewhere (and in older profiles) every call
     # of a series at the step latency
     series_late: dict[str, float] = field(default_factory=dict)
+    # world -> seconds per ring step the executor's ZeRO-3 gathers of parameters pay from the second of a series
+    # on beyond a bare call's price (the step latency, bandwidth and the data's handling; calibrate/series.py
+    # ``series_level``), for world sizes up to the cores; empty in older profiles: priced as a bare call
+    series_level: dict[str, float] = field(default_factory=dict)
     # seconds per op of the plan the executor spends between ops, outside every timed op (compute_worker;
     # 0 in profiles from before it was measured)
     between_ops: float = 0.0
@@ -385,6 +389,7 @@ class HardwareProfile:
         topology.late_recv_by_ranks = {int(k): float(v) for k, v in self.late_recv.items()} or None
         if str(world) in self.series_late:  # measured where ranks do not outnumber cores, for that world alone
             topology.series_late = (SERIES + 1, float(self.series_late[str(world)]))
+        topology.series_level = float(self.series_level.get(str(world), 0.0))  # measured for that world alone
         if self.wake_short:
             topology.wake_short = tuple(float(x) for x in self._nearest(self.wake_short, world))
         if self.worker_server:

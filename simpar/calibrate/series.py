@@ -120,4 +120,34 @@ def series_worker(ctx, seconds: float = SERIES_SECONDS) -> dict:
         marks = timed_series(unit, [lambda op=op: executor._collective(op) for op in gathers], seconds, release)
     finally:
         executor.states.close()
-    return {"series": marks}
+    return {"series": marks, "calls": [gather_shape(scenario.model, op) for op in gathers]}
+
+
+def gather_shape(spec, op) -> dict:
+    """What prices one of the series' gathers: its bytes, and the parameter tensors and elements the executor
+    hands back (``OpCosts.handling``'s count of them)."""
+    names = [name for name, _ in spec.unit_modules(spec.unit_kind(op.units[0]))]
+    tensors = sum(spec.module_tensors(names[m]) for m in op.modules) if op.modules else \
+        sum(spec.unit_tensors(spec.unit_kind(u)) for u in op.units)
+    return {"bytes": op.nbytes, "tensors": tensors, "elements": op.nbytes // op.itemsize}
+
+
+def series_level(positions: list[float], calls: list[dict], world: int, alpha: float, bytes_per_s: float,
+                 handling: list[float]) -> float:
+    """Seconds per ring step the executor's own ZeRO-3 gathers pay, from the second of a series on, beyond
+    what the simulator prices a call at (the ring's step latency ``alpha`` and bandwidth, fitted on
+    ``pattern_worker``'s bare calls, and the executor's handling of the data, ``handling`` = [per tensor,
+    per element]): the mean over the series' second to ``SERIES``-th calls (``positions``, the calls' mean
+    times by place; ``calls``, their shapes, ``gather_shape``). The executor's module gathers leave the ranks
+    out of step (``ModelStates`` hands each module back between calls), so more receives block and wait to
+    be woken than in a bare series: at 2 ranks on the development VM the second to fourth calls took 0.68-0.89
+    ms where the bare rows priced 0.51-0.77 (2026-11-26). 0 without a series (ranks outnumbering the cores)."""
+    from simpar.calibrate.profile import ring_price, ring_steps
+
+    if len(positions) < SERIES or len(calls) != len(positions):
+        return 0.0
+    per_tensor, per_element = handling or (0.0, 0.0)
+    beyond = [t - ring_price("allgather", call["bytes"], world, alpha, bytes_per_s)
+              - per_tensor * call["tensors"] - per_element * call["elements"]
+              for t, call in zip(positions[1:SERIES], calls[1:SERIES])]
+    return statistics.fmean(beyond) / ring_steps("allgather", world)

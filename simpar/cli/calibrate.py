@@ -156,12 +156,17 @@ def _save_and_show(profile, args, precision: str, what: str = "") -> int:
                   f"   {units.human_rate(rate):>13}   {grows:>33}")
     if profile.late_recv:  # measured since the fifteenth stop (series_late since the seventeenth)
         print("  ranks   pipeline receive posted after its send (beyond its bytes; gloo's rendezvous)"
-              "   fifth and later calls of a series after computing, per ring step")
+              "   fifth and later calls of a series after computing, per ring step"
+              "   ZeRO-3 gathers from a series' second on, per ring step")
         for world in sorted(int(k) for k in profile.late_recv):
-            late = profile.series_late.get(str(world))
-            shift = "-" if late is None else ("+" if late >= 0 else "-") + units.human_time(abs(late))
-            print(f"  {world:>5}   {units.human_time(profile.late_recv[str(world)]):>78}   {shift:>64}")
+            shift, level = (_signed(table.get(str(world))) for table in (profile.series_late, profile.series_level))
+            print(f"  {world:>5}   {units.human_time(profile.late_recv[str(world)]):>78}   {shift:>64}   {level:>54}")
     return 0
+
+
+def _signed(seconds: float | None) -> str:
+    """A measured shift as the table prints it: signed, or "-" where it was not measured."""
+    return "-" if seconds is None else ("+" if seconds >= 0 else "-") + units.human_time(abs(seconds))
 
 
 def _growth(profile, world: int, algo: str = "ring") -> str:

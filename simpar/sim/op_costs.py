@@ -33,7 +33,7 @@ class OpCosts:
                  or topology.resume_latency or topology.handoff_latency
                  or topology.resume_after_recv_latency or topology.between_ops)
         self.after_compute, self.after_network = self._turns() if turns else ({}, {})
-        self.later_calls = self._later_calls() if topology.series_late else {}
+        self.later_calls = self._later_calls() if topology.series_late or topology.series_level else {}
         self.cold = self._cold_caches() if gpu.costs is not None and gpu.costs.get("cold") else {}
 
     def _turns(self) -> tuple[dict, dict]:
@@ -89,10 +89,13 @@ class OpCosts:
         return slowdown_at(table, self.plan.grid.world) if table else 1.0
 
     def _later_calls(self) -> dict:
-        """(program, op id) -> seconds per ring step of every collective at the topology's ``series_late``
-        position or later in a series of calls (collectives, sends, receives) after a compute or copy, in
-        its program's order (allocations aside): a rank's stalls thin out as the series goes on."""
-        start, shift = self.topology.series_late
+        """(program, op id) -> seconds per ring step a collective pays beyond the step latency for its place in a
+        series of calls (collectives, sends, receives) after a compute or copy, in its program's order
+        (allocations aside): from the topology's ``series_late`` position on, that shift (a rank's stalls thin
+        out as the series goes on); a ZeRO-3 gather of parameters from the second on, ``series_level`` more
+        (the executor's module gathers leave the ranks out of step: calibrate/series.py)."""
+        start, shift = self.topology.series_late or (math.inf, 0.0)
+        level = self.topology.series_level if self._kept_sharded("params") else 0.0
         later = {}
         for pi, prog in enumerate(self.plan.programs):
             position = 0
@@ -101,8 +104,12 @@ class OpCosts:
                     position = 0
                 elif isinstance(op, (Collective, Send, Recv)):
                     position += 1
-                    if isinstance(op, Collective) and position >= start:
-                        later[(pi, op.id)] = shift
+                    if not isinstance(op, Collective):
+                        continue
+                    paid = (shift if position >= start else 0.0) + (
+                        level if position >= 2 and op.op == "allgather" and op.payload == "params" else 0.0)
+                    if paid:
+                        later[(pi, op.id)] = paid
         return later
 
     def _cold_caches(self) -> dict:

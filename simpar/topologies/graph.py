@@ -85,6 +85,9 @@ class Topology:
         # (position, seconds): a collective from that position on in a series of calls after computing pays
         # that much more per ring step (less where negative: calibrate/series.py); None: none
         self.series_late: tuple[int, float] | None = None
+        # seconds per ring step the executor's ZeRO-3 parameter gathers pay from the second of a series on
+        # beyond a bare call (calibrate/series.py ``series_level``); 0: none
+        self.series_level = 0.0
         self.between_ops = 0.0  # seconds per plan op the executor spends between its ops (its own work)
         # (seconds per parameter tensor, per parameter) the executor spends handling the data of a data-parallel
         # collective (flattening the units' tensors, scaling, re-pointing each): Python on the rank's core

@@ -126,10 +126,9 @@ def series_worker(ctx, seconds: float = SERIES_SECONDS) -> dict:
 def gather_shape(spec, op) -> dict:
     """What prices one of the series' gathers: its bytes, and the parameter tensors and elements the executor
     hands back (``OpCosts.handling``'s count of them)."""
-    names = [name for name, _ in spec.unit_modules(spec.unit_kind(op.units[0]))]
-    tensors = sum(spec.module_tensors(names[m]) for m in op.modules) if op.modules else \
-        sum(spec.unit_tensors(spec.unit_kind(u)) for u in op.units)
-    return {"bytes": op.nbytes, "tensors": tensors, "elements": op.nbytes // op.itemsize}
+    from simpar.sim.op_costs import moved_tensors
+
+    return {"bytes": op.nbytes, "tensors": moved_tensors(spec, op), "elements": op.nbytes // op.itemsize}
 
 
 def series_level(positions: list[float], calls: list[dict], world: int, alpha: float, bytes_per_s: float,

@@ -16,6 +16,15 @@ from simpar.sim.cores import slowdown_at
 from simpar.topologies.graph import Topology
 
 
+def moved_tensors(spec, op: Collective) -> int:
+    """The parameter tensors a data-parallel collective's data holds: its modules' or its units' (the executor
+    handles each: ``OpCosts.handling``, and the calibration's series, ``calibrate/series.py``)."""
+    if op.modules:
+        names = [name for name, _ in spec.unit_modules(spec.unit_kind(op.units[0]))]
+        return sum(spec.module_tensors(names[m]) for m in op.modules)
+    return sum(spec.unit_tensors(spec.unit_kind(u)) for u in op.units)
+
+
 class OpCosts:
     def __init__(self, plan: Plan, scenario: Scenario, topology: Topology):
         self.plan, self.scenario, self.topology = plan, scenario, topology
@@ -154,13 +163,7 @@ class OpCosts:
             return 0.0
         if self.topology.sharded_work:
             per_tensor, per_element = self.topology.sharded_work.get(self._handling_kind(op), (per_tensor, per_element))
-        spec = self.scenario.model
-        if op.modules:
-            names = [name for name, _ in spec.unit_modules(spec.unit_kind(op.units[0]))]
-            tensors = sum(spec.module_tensors(names[m]) for m in op.modules)
-        else:
-            tensors = sum(spec.unit_tensors(spec.unit_kind(u)) for u in op.units)
-        return per_tensor * tensors + per_element * op.nbytes / op.itemsize
+        return per_tensor * moved_tensors(self.scenario.model, op) + per_element * op.nbytes / op.itemsize
 
     def _handling_kind(self, op: Collective) -> str:
         """Which of the executor's ways of handling its data a collective takes: "gather", an all-gather of

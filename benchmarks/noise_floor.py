@@ -7,7 +7,10 @@ Runs every case (validate's: tiny-deep, fp32) ``rounds`` times, in rounds as val
 prints per case every measured step time, their pooled median and spread, and how far validate's
 figure (the median of 3 consecutive runs) lands from the pooled median: the error of an oracle
 that predicted each case's long-run median exactly. If the oracle misses 10 % in some windows, no
-model can hold every case within 10 % there. With ``--hardware`` it also prices each case with
+model can hold every case within 10 % there. A second oracle also knows each window's level (the
+median over the cases of their window medians against their pooled ones): the machine's speed drifts
+over minutes for every case at once, which calibrations taken among the runs can follow, so what it
+misses is the noise of each case alone, the part no pricing of the window can follow. With ``--hardware`` it also prices each case with
 each calibrated profile (calibrations taken at different hours) against the pooled median. Each run
 lasts ``--seconds`` as validate's do (``run_steps``: priced with the first --hardware profile, else this
 machine's cached one; without either, ``--steps``).
@@ -51,6 +54,24 @@ def oracle_report(runs: dict[str, list[float]]) -> list[str]:
     return lines
 
 
+def level_oracle(runs: dict[str, list[float]]) -> tuple[list[dict[str, float]], list[str]]:
+    """The oracle that also knows each window's level: per window, each case's median of ``WINDOW`` runs
+    against its pooled median, divided by the window's level (the median of those ratios over the cases),
+    minus 1. Returns (the errors window by window, the summary lines)."""
+    windows = len(next(iter(runs.values()))) - WINDOW + 1
+    pooled = {s: statistics.median(times) for s, times in runs.items()}
+    errors = []
+    for i in range(windows):
+        ratios = {s: statistics.median(times[i:i + WINDOW]) / pooled[s] for s, times in runs.items()}
+        level = statistics.median(ratios.values())
+        errors.append({s: r / level - 1 for s, r in ratios.items()})
+    every = sum(all(abs(e) <= TARGET for e in window.values()) for window in errors)
+    lines = [f"windows in which the oracle that also knows the window's level holds every case within {TARGET:.0%}: "
+             f"{every}/{windows}; its worst |error| window by window: "
+             + " ".join(f"{max(abs(e) for e in window.values()):.1%}" for window in errors)]
+    return errors, lines
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gpus", type=int, default=2)
@@ -74,7 +95,7 @@ def main(argv=None) -> int:
         print(f"round {round_ + 1}/{args.rounds} done at {time.monotonic() - began:.0f} s", file=sys.stderr)
     print(f"{args.gpus} ranks, {args.rounds} rounds, steps a run: "
           + ", ".join(f"{s} {n}" for s, n in steps.items()) + "; oracle = the pooled median\n")
-    print("\n".join(oracle_report(runs)))
+    print("\n".join(oracle_report(runs) + level_oracle(runs)[1]))
     for path in filter(None, args.hardware.split(",")):
         profile = HardwareProfile.load(path)
         topology = profile.topology(args.gpus, "fp32")

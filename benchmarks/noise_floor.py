@@ -10,10 +10,10 @@ that predicted each case's long-run median exactly. If the oracle misses 10 % in
 model can hold every case within 10 % there. A second oracle also knows each window's level (the
 median over the cases of their window medians against their pooled ones): the machine's speed drifts
 over minutes for every case at once, which calibrations taken among the runs can follow, so what it
-misses is the noise of each case alone, the part no pricing of the window can follow. With ``--hardware`` it also prices each case with
-each calibrated profile (calibrations taken at different hours) against the pooled median. Each run
-lasts ``--seconds`` as validate's do (``run_steps``: priced with the first --hardware profile, else this
-machine's cached one; without either, ``--steps``).
+misses is the noise of each case alone, the part no pricing of the window can follow. With
+``--hardware`` it also prices each case with each calibrated profile (calibrations taken at different
+hours) against the pooled median. Each run lasts ``--seconds`` as validate's do (``run_steps``: priced
+with the first --hardware profile, else this machine's cached one; without either, ``--steps``).
 """
 
 from __future__ import annotations

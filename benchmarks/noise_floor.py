@@ -33,15 +33,24 @@ WINDOW = 3  # runs per validate case (--repeats 3)
 TARGET = 0.10
 
 
+def window_ratios(runs: dict[str, list[float]]) -> list[dict[str, float]]:
+    """Window by window (``WINDOW`` consecutive rounds), each case's median of its runs against its pooled median."""
+    windows = len(next(iter(runs.values()))) - WINDOW + 1
+    pooled = {s: statistics.median(times) for s, times in runs.items()}
+    return [{s: statistics.median(times[i:i + WINDOW]) / pooled[s] for s, times in runs.items()}
+            for i in range(windows)]
+
+
 def oracle_report(runs: dict[str, list[float]]) -> list[str]:
     """The table and summary lines for ``runs`` (strategy -> measured step times, in round order)."""
-    windows = len(next(iter(runs.values()))) - WINDOW + 1
+    ratios = window_ratios(runs)
+    windows = len(ratios)
     errors = {}  # strategy -> the oracle's error of each window's median of 3
     lines = ["| strategy | runs (ms, in order) | pooled median | spread | oracle error of a median of 3: worst | "
              f"windows within {TARGET:.0%} |", "| --- | --- | ---: | ---: | ---: | ---: |"]
     for strategy, times in runs.items():
         pooled = statistics.median(times)
-        errors[strategy] = [statistics.median(times[i:i + WINDOW]) / pooled - 1 for i in range(windows)]
+        errors[strategy] = [window[strategy] - 1 for window in ratios]
         ok = sum(abs(e) <= TARGET for e in errors[strategy])
         lines.append(f"| {strategy} | {' '.join(f'{1e3 * t:.1f}' for t in times)} | {1e3 * pooled:.1f} | "
                      f"{(max(times) - min(times)) / pooled:.0%} | {max(errors[strategy], key=abs):+.1%} | "
@@ -58,16 +67,13 @@ def level_oracle(runs: dict[str, list[float]]) -> tuple[list[dict[str, float]], 
     """The oracle that also knows each window's level: per window, each case's median of ``WINDOW`` runs
     against its pooled median, divided by the window's level (the median of those ratios over the cases),
     minus 1. Returns (the errors window by window, the summary lines)."""
-    windows = len(next(iter(runs.values()))) - WINDOW + 1
-    pooled = {s: statistics.median(times) for s, times in runs.items()}
     errors = []
-    for i in range(windows):
-        ratios = {s: statistics.median(times[i:i + WINDOW]) / pooled[s] for s, times in runs.items()}
+    for ratios in window_ratios(runs):
         level = statistics.median(ratios.values())
         errors.append({s: r / level - 1 for s, r in ratios.items()})
     every = sum(all(abs(e) <= TARGET for e in window.values()) for window in errors)
     lines = [f"windows in which the oracle that also knows the window's level holds every case within {TARGET:.0%}: "
-             f"{every}/{windows}; its worst |error| window by window: "
+             f"{every}/{len(errors)}; its worst |error| window by window: "
              + " ".join(f"{max(abs(e) for e in window.values()):.1%}" for window in errors)]
     return errors, lines
 

@@ -116,6 +116,24 @@ def test_a_hanging_rank_is_killed_at_the_timeout_naming_rank_and_op():
     assert _children_of_this_process() == [] and multiprocessing.active_children() == []
 
 
+@pytest.mark.parametrize("shared", ["ctypes", "bytearray"])
+def test_an_op_label_reads_back_whole_after_a_longer_one_and_clears(shared):
+    """The label a fault names: each rank's own slot, a shorter label over a longer one read without its tail,
+    cleared on leaving the op (launch's shared ctypes array, torchrun's bytearray)."""
+    import ctypes
+
+    from simpar.real.launch import _OP_CHARS, RankContext, _where
+
+    ops = (multiprocessing.get_context("spawn").Array(ctypes.c_char, _OP_CHARS * 2, lock=False)
+           if shared == "ctypes" else bytearray(_OP_CHARS * 2))
+    first, second = RankContext(0, 2, "gloo", ops), RankContext(1, 2, "gloo", ops)
+    second._set("x" * (2 * _OP_CHARS))  # cut to its slot, never into the next rank's
+    with first.op("step 12 op 40: allreduce activations (tp, 0.02 MiB)"):
+        with first.op("fwd unit 3 mb 0"):
+            assert _where(ops, 0) == " in fwd unit 3 mb 0"
+    assert _where(ops, 0) == "" and _where(ops, 1) == " in " + "x" * (_OP_CHARS - 1)
+
+
 @pytest.mark.parametrize("strategy,kw,flag", [("pp", {}, "--model: tiny ties its embedding"),
                                                ("ddp", {"precision": "fp16-mixed"}, "--precision: fp16 needs loss"),
                                                ("zero3-infinity", {"precision": "bf16-mixed"}, "--precision")])

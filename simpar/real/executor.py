@@ -105,6 +105,8 @@ class RankExecutor:
             if isinstance(op, Compute) and op.phase in ("fwd", "bwd"):
                 upcoming = (op.unit, op.microbatch)
         self.recorder = Recorder(self.device)
+        # each op's name for a fault message, made once: the executor's own work between ops is what it times
+        self.labels = {op.id: f"op {op.id}: {op_label(op)}" for op in self.program.ops}
         self.activations = SavedActivations(self.model.parameters())
         if isinstance(self.model, TensorParallelModel):  # its cross-entropy keeps logits and probabilities itself
             self.model.on_hold = lambda key, tensor: self.activations.hold(key, tensor) if self.instrumented else None
@@ -133,7 +135,7 @@ class RankExecutor:
         self.recorder.start_step()
         for op in self.program.ops:
             started = self.recorder.clock()
-            with self.ctx.op(f"step {step} op {op.id}: {op_label(op)}"):
+            with self.ctx.op(f"step {step} {self.labels[op.id]}"):
                 if (isinstance(op, Free) and op.units and op.payload.startswith("params")
                         and self.states.params_sharded):  # (on one rank ZeRO-3 holds everything)
                     if op.modules:

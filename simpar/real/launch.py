@@ -67,8 +67,9 @@ class RankContext:
             self._steps[self.rank] += 1
 
     def _set(self, label: str) -> None:
-        # through a byte view: item by item, a ctypes slice assignment took 6.6 us, twice an op, and at 2 ranks
-        # the executor's tp step (73 ops) ran 7 ms slower with it than without (docs/calibration.md)
+        # through a byte view: a ctypes slice assignment, item by item, took 6.6 us, twice an op, and at 2 ranks
+        # the executor's tp step (96 ops) ran 13-18 % slower than its pieces and calls bare with it, 2-12 %
+        # after (docs/calibration.md, twenty-third stop)
         if self._view is None:
             self._view = memoryview(self._ops).cast("B")
         data = label.encode()[:_OP_CHARS - 1] + b"\0"  # the reader stops at the first NUL

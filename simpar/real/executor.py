@@ -105,7 +105,7 @@ class RankExecutor:
             if isinstance(op, Compute) and op.phase in ("fwd", "bwd"):
                 upcoming = (op.unit, op.microbatch)
         self.recorder = Recorder(self.device)
-        # each op's name for a fault message, made once: the executor's own work between ops is what it times
+        # each op's name for a fault message, made once: the label is set at every op of every step
         self.labels = {op.id: f"op {op.id}: {op_label(op)}" for op in self.program.ops}
         self.activations = SavedActivations(self.model.parameters())
         if isinstance(self.model, TensorParallelModel):  # its cross-entropy keeps logits and probabilities itself

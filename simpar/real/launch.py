@@ -24,7 +24,7 @@ import socket
 import threading
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 import numpy as np
@@ -56,7 +56,10 @@ class RankContext:
     backend: str
     _ops: object  # shared char array, _OP_CHARS per rank
     _steps: object = None  # shared int array: steps each rank has finished (for progress)
-    _view: memoryview | None = None  # _ops as bytes, made in the rank on first use
+    _view: memoryview = field(init=False, repr=False)  # _ops as bytes: what _set writes through
+
+    def __post_init__(self):
+        self._view = memoryview(self._ops).cast("B")
 
     def op(self, label: str) -> _OpLabel:
         return _OpLabel(self, label)
@@ -70,8 +73,6 @@ class RankContext:
         # through a byte view: a ctypes slice assignment, item by item, took 6.6 us, twice an op, and at 2 ranks
         # the executor's tp step (96 ops) ran 13-18 % slower than its pieces and calls bare with it, 2-12 %
         # after (docs/calibration.md, twenty-third stop)
-        if self._view is None:
-            self._view = memoryview(self._ops).cast("B")
         data = label.encode()[:_OP_CHARS - 1] + b"\0"  # the reader stops at the first NUL
         start = self.rank * _OP_CHARS
         self._view[start:start + len(data)] = data

@@ -132,15 +132,22 @@ def test_a_call_after_a_short_compute_pays_a_share_of_the_wake():
     profile.worker_server = {"2": [0.5e-3, 1e-4, 1e9]}
     whole = profile.topology(2, "fp32")
     assert whole.wake_share(0.0) == whole.wake_share(1e-3) == 1.0  # not measured: paid whole
-    profile.wake_short = {"2": [0.5e-3, 0.6e-3]}
+    profile.wake_short = {"2": [[0.5e-3, 0.6e-3]]}
     topology = profile.topology(2, "fp32")
     shares = [topology.wake_share(p) for p in (0.0, 0.25e-3, 0.5e-3, 1.25e-3, 2e-3, 5e-3)]
     assert shares == pytest.approx([0.0, 0.3, 0.6, 0.8, 1.0, 1.0])
     assert topology.collective_wake(1.25e-3) == pytest.approx(0.8e-3)
     assert topology.collective_wake(1.25e-3, "ps") == pytest.approx(0.4e-3)  # the same share of its own
     assert topology.collective_wake(4e-3) == pytest.approx(1e-3 + 0.1 * 2e-3)  # whole, and the growth
-    topology.wake_short = (3e-3, 0.9e-3)  # no point below the unit's compute: a straight line to it
+    topology.wake_short = ((3e-3, 0.9e-3),)  # no point below the unit's compute: a straight line to it
     assert topology.wake_share(1e-3) == pytest.approx(0.5)
+    # two points (phase_worker's short and mid loops): through each, in the order of their compute; a point
+    # costlier than the whole wake is held to it
+    topology.wake_short = ((1.2e-3, 1.5e-3), (0.4e-3, 0.5e-3))
+    shares = [topology.wake_share(p) for p in (0.2e-3, 0.4e-3, 0.8e-3, 1.2e-3, 1.6e-3, 2e-3)]
+    assert shares == pytest.approx([0.25, 0.5, 0.75, 1.0, 1.0, 1.0])
+    topology.wake_short = ((0.4e-3, 0.2e-3), (1.2e-3, 0.6e-3))  # a steep rise between them, level after
+    assert [topology.wake_share(p) for p in (0.8e-3, 1.6e-3)] == pytest.approx([0.4, 0.8])
 
     scenario = make_scenario(model("tiny-deep"), "tp", 2, micro_batch=2, precision="fp32", topology="cpu-host")
     plan = build_plan(scenario)
@@ -170,7 +177,7 @@ def test_a_call_after_a_short_compute_is_priced_at_what_the_short_loop_measured(
     alpha, bandwidth = profile.ring["2"]
     profile.wake, profile.wake_phase = {"2": 1e-3}, {"2": 2e-3}
     measured = 0.6 * ring_price("allreduce", 2**18, 2, alpha, bandwidth)  # cheaper than its steps
-    profile.wake_short = {"2": [0.5e-3, measured - ring_price("allreduce", 2**18, 2, alpha, bandwidth)]}
+    profile.wake_short = {"2": [[0.5e-3, measured - ring_price("allreduce", 2**18, 2, alpha, bandwidth)]]}
     topology = profile.topology(2, "fp32")
     assert topology.wake_share(0.5e-3) < 0 < topology.wake_share(1.5e-3) < topology.wake_share(2e-3) == 1.0
     assert topology.collective_wake(0.5e-3) + ring_price("allreduce", 2**18, 2, alpha, bandwidth) == \
@@ -179,7 +186,7 @@ def test_a_call_after_a_short_compute_is_priced_at_what_the_short_loop_measured(
     # in a step: tp's calls after its pieces pay less than their steps (the wake taken off the steps' latency),
     # the replayed step equal to the full simulation
     scenario = make_scenario(model("tiny-deep"), "tp", 2, micro_batch=2, precision="fp32", topology="cpu-host")
-    none_off = replace(profile, wake_short={"2": [0.5e-3, 0.0]})
+    none_off = replace(profile, wake_short={"2": [[0.5e-3, 0.0]]})
     full, replayed, at_steps = (simulate(scenario, topology=p.topology(2, "fp32"), serial=True, replay=r)
                                 for p, r in ((profile, False), (profile, True), (none_off, False)))
     fixed = simulate(scenario, topology=profile.topology(2, "fp32"), serial=True, fast=True)

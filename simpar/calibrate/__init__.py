@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from simpar.calibrate.bench import (PATTERN_OPS, PHASE_UNITS, burst_worker, compute_worker, host_worker,
-                                   pattern_worker, phase_cost, phase_worker, ring_worker)
+from simpar.calibrate.bench import (PATTERN_OPS, PHASE_UNITS, SHORT_LOOPS, burst_worker, compute_worker,
+                                   host_worker, pattern_worker, phase_cost, phase_worker, ring_worker)
 from simpar.calibrate.pipeline_bench import late_recv_cost, late_worker, relay_worker
 from simpar.calibrate.cold import COLD_KINDS, TAUS
 from simpar.calibrate.profile import (HardwareProfile, fit_collective_costs, fit_line, fit_unit_costs, machine_id,
@@ -181,18 +181,19 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
         # ... the Worker-Server all-reduce's own: its server takes the early workers' pushes while it waits
         ps_phases, ps_extras, phases["ps"] = wake_curve(ranks, "ps")
         ps_curve[str(world)] = [ps_phases, ps_extras]
-        # ... and after a short one (a tensor-parallel piece): [its compute, what the first call after it costs
-        # beyond the ring's price of that call]. Against the price, not against the calls after it in the short
+        # ... and after short ones (tensor-parallel pieces): [[a compute, what the first call after it costs beyond
+        # the ring's price of that call], ...], one per loop of ``SHORT_LOOPS``, as the cost rises steeply between a
+        # short piece and a unit and levels after. Against the price, not against the calls after it in the short
         # loop: those go at about the back-to-back pace (2 ranks, 16 KiB: 0.63-0.99 ms an all-reduce, back to
         # back 0.67-0.93), not at the step latency in a step, which is fitted on the calls after a unit's compute
         # (2 steps: 1.16-1.8 ms), and the simulator prices every call from that latency (docs/calibration.md)
-        short_compute, short_call = phase_cost([r["phases"]["short"] for r in ranks])
-        short_wake[str(world)] = [short_compute, short_call - ring_price("allreduce", PHASE_SIZE, world,
-                                                                          step_alpha, bandwidth)]
+        short_calls = [phase_cost([r["phases"][key] for r in ranks]) for key in SHORT_LOOPS]
+        short_wake[str(world)] = [[compute, call - ring_price("allreduce", PHASE_SIZE, world, step_alpha, bandwidth)]
+                                  for compute, call in short_calls]
         shared[str(world)] = {"ring_seconds": steps, "pattern": rows, "pattern_compute": inside, "series": positions,
                               "wake_fitted_with_the_steps": fit_collective_costs(ring_rows)[0],
                               "pattern_compute_without_calls": without, "burst_together": burst["together"],
-                              "relay": ranks[0]["relay"], "phases": phases, "short_call": [short_compute, short_call],
+                              "relay": ranks[0]["relay"], "phases": phases, "short_calls": [list(c) for c in short_calls],
                               "late": {size: statistics.fmean(t for r in ranks for t in r["late"][size])
                                        for size in ranks[0]["late"]},
                               "back_to_back": [alpha, 1.0 / seconds_per_byte if seconds_per_byte else 1e12]}

@@ -238,6 +238,11 @@ def pattern_worker(ctx, sizes: list[int], repeats: int, rounds: int = 5) -> dict
 # data-parallel step (tiny-deep's 2-rank DDP step computes about 24 units' worth before its last call)
 PHASE_UNITS = (1, 4, 8, 16, 32)
 SHORT_PHASE = 3e-4  # seconds (alone) of phase_worker's short compute: a tensor-parallel piece's
+# phase_worker's short loops: key -> seconds (alone) of the compute before each call. Two, as a call's cost rises
+# steeply between a short piece and a unit, then levels (concave): tiny-deep's tp step at 2 ranks, its calls by
+# the compute before them (four runs): 1.10-1.47 ms after 0.4 ms, 1.50-1.97 after 0.7, 1.9-3.0 after 2 ms;
+# a straight line from the short point to the unit's priced 0.38 ms more per ms where these rose 1.1-1.7
+SHORT_LOOPS = {"short": SHORT_PHASE, "mid": 8e-4}
 # repetitions of the short loop a round, and how many of its first are not kept: right after the long loops
 # and a barrier a call is slow for about five repetitions (2 ranks, 256 KiB: 2.2-2.4 ms, then 1.0-1.1 by the
 # sixth; caches cold after the time away from the calls, as the once-a-step units' are), where tp's calls
@@ -249,7 +254,7 @@ def phase_worker(ctx, size: int, seconds: float = 8.0, repeats: int = 3, ps_size
     """How a call's cost grows with the compute before it: ``pattern_worker``'s unit computed each of
     ``PHASE_UNITS`` times in a row, then one all-reduce of ``size`` bytes (the executor's ring), every
     rank at once; the loops interleaved round by round against the machine's drift, rounds repeated
-    until ``seconds`` have passed. {"short": [...], "1": [...], "4": [...], ...}: per repetition [compute
+    until ``seconds`` have passed. {"short": [...], "mid": [...], "1": [...], ...}: per repetition [compute
     start, compute end, call end] on the machine's one monotonic clock (``phase_cost``). The growth
     flattens: at 2 ranks the call cost 2.5 / 3.4 / 3.6 / 4.5 / 4.7 ms after 1.2 / 4.4 / 8.3 / 16 / 24 ms of
     compute (a line through the first and third points priced the last 6.0 ms), as the ranks' lag behind
@@ -263,20 +268,20 @@ def phase_worker(ctx, size: int, seconds: float = 8.0, repeats: int = 3, ps_size
     its all-reduce 4-17 ms apart. At 2 ranks they drift apart while their cores run at different speeds:
     each vCPU of the development VM flips between a fast and a slow state for 0.25-6.5 s at a time
     (benchmarks/host_speed.py); seconds of rounds average the states.
-    "short": ``SHORT_PHASE`` of compute, then one call, as tensor parallelism's pieces and calls follow each
-    other ([start, compute end, call end]), ``SHORT_REPS`` a round, the first ``SHORT_WARMUP`` not kept
+    "short" and "mid" (``SHORT_LOOPS``): a short compute, then one call, as tensor parallelism's pieces and
+    calls follow each other ([start, compute end, call end]), ``SHORT_REPS`` a round, the first ``SHORT_WARMUP`` not kept
     (cold after the long loops). A call after a short compute costs less than after a unit: at 2 ranks a
     4 KiB all-reduce cost 0.9 ms back to back, 0.8 after 0.1 ms of compute, 1.7 after 0.3, 2.4 after 0.6,
     2.8 after 1.1 and 3.2 after the unit (2.1 ms), mean of 150."""
     comm, group = CountingComm(ctx.rank), list(range(ctx.world))
     unit = _unit_burst()
     flat = torch.zeros(max(size // 4, ctx.world))
-    calls = {str(units): lambda: comm.ring_all_reduce(flat, group) for units in ("short", *PHASE_UNITS)}
+    calls = {str(units): lambda: comm.ring_all_reduce(flat, group) for units in (*SHORT_LOOPS, *PHASE_UNITS)}
     if ps_size:
         pushed = torch.zeros(max(ps_size // 4, ctx.world))
         calls.update({f"ps{units}": lambda: comm.ps_all_reduce(pushed, group) for units in PHASE_UNITS})
     marks: dict[str, list[list[float]]] = {key: [] for key in calls}
-    short = _short_burst(SHORT_PHASE)
+    shorts = {key: _short_burst(seconds) for key, seconds in SHORT_LOOPS.items()}
     for _ in range(3):  # warm up: a fresh process's first backward takes tens of milliseconds
         unit()
     comm.ring_all_reduce(flat, group)  # and the connections
@@ -284,16 +289,17 @@ def phase_worker(ctx, size: int, seconds: float = 8.0, repeats: int = 3, ps_size
     while more.item():
         for key, call in calls.items():
             dist.barrier()
-            for rep in range(SHORT_REPS if key == "short" else repeats):
+            short = shorts.get(key)
+            for rep in range(SHORT_REPS if short else repeats):
                 start = time.perf_counter()
-                if key == "short":
+                if short:
                     short()
-                for _ in range(0 if key == "short" else int(key.removeprefix("ps"))):
+                for _ in range(0 if short else int(key.removeprefix("ps"))):
                     unit()
                 ends = [start, time.perf_counter()]
                 call()
                 ends.append(time.perf_counter())
-                if key != "short" or rep >= SHORT_WARMUP:
+                if not short or rep >= SHORT_WARMUP:
                     marks[key].append(ends)
         more.fill_(float(time.perf_counter() - began < seconds))
         dist.broadcast(more, 0)  # rank 0's clock decides for all, so every rank runs the same rounds

@@ -40,7 +40,7 @@ from simpar.topologies.graph import Topology
 if TYPE_CHECKING:
     from simpar.calibrate.gpu_profile import GPUProfile
 
-VERSION = 7
+VERSION = 8
 UNIT_KINDS = ("embedding", "layer", "head")
 
 
@@ -204,10 +204,10 @@ class HardwareProfile:
     worker_server_curve: dict[str, list[list[float]]] = field(default_factory=dict)
     wake_growth: dict[str, float] = field(default_factory=dict)
     wake_phase: dict[str, float] = field(default_factory=dict)
-    # world -> [seconds of a short compute, what the first call after it costs beyond the ring's price of that
-    # call (phase_worker's short loops; negative: less)]; empty in older profiles: a call after any compute pays
-    # the whole wake
-    wake_short: dict[str, list[float]] = field(default_factory=dict)
+    # world -> [[seconds of a short compute, what the first call after it costs beyond the ring's price of that
+    # call (negative: less)], ...]: phase_worker's short loops, one point each (``SHORT_LOOPS``); empty: a call
+    # after any compute pays the whole wake
+    wake_short: dict[str, list[list[float]]] = field(default_factory=dict)
     # world -> seconds per ring step a collective from the fifth on of a series after computing pays beyond
     # the step latency (negative: less; the executor's own ZeRO-3 gathers timed call by call:
     # calibrate/series.py), for world sizes up to the cores; elsewhere (and in older profiles) every call
@@ -391,7 +391,7 @@ class HardwareProfile:
             topology.series_late = (SERIES + 1, float(self.series_late[str(world)]))
         topology.series_level = float(self.series_level.get(str(world), 0.0))  # measured for that world alone
         if self.wake_short:
-            topology.wake_short = tuple(float(x) for x in self._nearest(self.wake_short, world))
+            topology.wake_short = tuple((float(c), float(p)) for c, p in self._nearest(self.wake_short, world))
         if self.worker_server:
             wake, latency, rate = (float(x) for x in self._nearest(self.worker_server, world))
             topology.worker_server_wake, topology.worker_server_leg = wake, (latency, rate)

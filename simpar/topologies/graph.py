@@ -70,10 +70,10 @@ class Topology:
         self.wake_curve: tuple[tuple[float, ...], tuple[float, ...]] | None = None
         # ... and the Worker-Server all-reduce's own, which grows less (None: as the ring's)
         self.worker_server_curve: tuple[tuple[float, ...], tuple[float, ...]] | None = None
-        # (seconds of a short compute, what a call after it pays beyond its steps; negative: less): below
-        # wake_phase the wake is interpolated through (0, 0), this and (wake_phase, the wake), as a share of the
-        # algorithm's wake; None: paid whole
-        self.wake_short: tuple[float, float] | None = None
+        # ((seconds of a short compute, what a call after it pays beyond its steps; negative: less), ...): below
+        # wake_phase the wake is interpolated through (0, 0), these and (wake_phase, the wake), as a share of
+        # the algorithm's wake; None: paid whole
+        self.wake_short: tuple[tuple[float, float], ...] | None = None
         self.handoff_latency = 0.0  # the same for a pipeline send: it waits for one neighbour, not a group
         # seconds a compute right after a collective, send or receive pays: a rank resuming after a blocked
         # receive computes slower for a while (a calibrated profile's resume; 0 elsewhere)
@@ -209,16 +209,17 @@ class Topology:
 
     def wake_share(self, phase: float) -> float:
         """The share of the wake a call pays after ``phase`` seconds of compute: all of it from the compute it
-        was measured after (``wake_phase``) on; below, through what a short compute's call paid beyond its steps
-        (``wake_short``; below 0 where it cost less than its steps at the step latency in a step: the calls of
-        a short compute's pattern go nearer the back-to-back pace) and nothing right after another call. 1
-        without the measurements."""
-        if self.wake_short is None or phase >= self.wake_phase or not self.wake_latency:
+        was measured after (``wake_phase``) on; below, through what short computes' calls paid beyond their
+        steps (``wake_short``, each point; below 0 where it cost less than its steps at the step latency in a
+        step: the calls of a short compute's pattern go nearer the back-to-back pace) and nothing right after
+        another call. 1 without the measurements."""
+        if not self.wake_short or phase >= self.wake_phase or not self.wake_latency:
             return 1.0
-        short, paid = self.wake_short
-        if not 0.0 < short < self.wake_phase:  # no point between (more ranks than cores stretched the compute)
-            return phase / self.wake_phase
-        return float(np.interp(phase, [0.0, short, self.wake_phase], [0.0, min(paid / self.wake_latency, 1.0), 1.0]))
+        # the points between (more ranks than cores can stretch a short compute past the unit's)
+        points = sorted((short, min(paid / self.wake_latency, 1.0)) for short, paid in self.wake_short
+                        if 0.0 < short < self.wake_phase)
+        phases = [0.0] + [short for short, _ in points] + [self.wake_phase]
+        return float(np.interp(phase, phases, [0.0] + [share for _, share in points] + [1.0]))
 
     def leg_pricing(self, algo: str | None, phases) -> tuple[float, float] | None:
         """(latency, wire fraction) for ``Network.transfer_all`` that price each leg of a Worker-Server call as

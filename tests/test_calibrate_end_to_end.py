@@ -35,6 +35,9 @@ def test_calibrate_then_validate_end_to_end(tmp_path, cli):
     assert all(abs(shift) < 1.0 for shift in data["series_late"].values())
     assert set(data["series_level"]) == set(data["series_late"])  # ZeRO-3's gathers' level, where timed
     assert all(abs(level) < 1.0 for level in data["series_level"].values())
+    # ... and their first, after the compute it followed (phase_worker's mid burst: shorter than the unit's)
+    assert set(data["series_first"]) == set(data["series_late"])
+    assert all(0 < compute < 1.0 and abs(extra) < 1.0 for compute, extra in data["series_first"].values())
     # the first call after a short compute (timed warm), beyond what the fitted ring prices that call at
     from simpar.calibrate import PHASE_SIZE
     from simpar.calibrate.profile import ring_price

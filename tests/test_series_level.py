@@ -67,3 +67,84 @@ def test_zero3_gathers_from_the_second_of_a_series_pay_the_level_exactly():
         other = make_scenario(model("tiny-deep"), strategy, 2, micro_batch=2, precision="fp32", topology="cpu-host")
         assert (simulate(other, topology=topology(level), serial=True).step_time_s
                 == simulate(other, topology=topology(None), serial=True).step_time_s)
+
+
+def test_the_first_gather_is_a_point_of_the_wakes_share_beyond_its_price():
+    """``series_first``: [the compute before the series, what its first gather took beyond its price (the ring's
+    steps, its handling)]; nothing without a series, or with fewer calls timed than shapes given."""
+    from simpar.calibrate.series import series_first
+
+    calls = [{"bytes": 512, "tensors": 2, "elements": 128}, {"bytes": 16640, "tensors": 2, "elements": 4160}]
+    alpha, rate, handling = 5e-4, 1e9, [2e-6, 1e-9]
+    price = alpha + 512 / 2 / rate + 2 * 2e-6 + 128 * 1e-9  # 2 ranks: one ring step of half the bytes
+    assert series_first([price + 3e-4, 1e-3], calls, 9e-4, 2, alpha, rate, handling) == pytest.approx([9e-4, 3e-4])
+    assert series_first([price - 1e-4, 1e-3], calls, 9e-4, 2, alpha, rate, handling)[1] == pytest.approx(-1e-4)
+    assert series_first([], calls, 9e-4, 2, alpha, rate, handling) == []
+    assert series_first([1e-3], calls, 9e-4, 2, alpha, rate, handling) == []
+
+
+def test_zero3_gathers_after_computing_take_their_share_through_their_own_point():
+    """A ZeRO-3 parameter gather right after a compute pays the wake's share through ``series_first``'s point
+    (its own series, after a layer-sized compute) instead of ``wake_short``'s; every other call after computing
+    (its reduce-scatters, DDP's all-reduces) keeps ``wake_short``'s; the fast path equals the full simulation."""
+    from simpar.sim.op_costs import OpCosts
+
+    scenario, plan = _zero3(2)
+    profile = _profile()
+    profile.wake, profile.wake_phase = {"2": 1e-3}, {"2": 2e-3}
+    profile.wake_short = {"2": [[0.5e-3, 0.5e-3]]}
+    own = profile.topology(2, "fp32")
+    assert own.gather_short is None
+    profile.series_first = {"2": [0.5e-3, -0.2e-3]}
+    topology = profile.topology(2, "fp32")
+    assert topology.gather_short == ((0.5e-3, -0.2e-3),)
+    costs, before = OpCosts(plan, scenario, topology), OpCosts(plan, scenario, own)
+    ops = {op.id: op for op in plan.programs[0].ops}
+    gathers = [key for key in costs.after_compute if key[0] == 0 and ops[key[1]].op == "allgather"]
+    others = [key for key in costs.after_compute if key[0] == 0 and ops[key[1]].op != "allgather"]
+    assert gathers and others
+    for pi, op_id in gathers:
+        phase = costs.after_compute[(pi, op_id)]
+        assert costs.wake(pi, ops[op_id]) - before.wake(pi, ops[op_id]) == pytest.approx(
+            1e-3 * (topology.wake_share(phase, ((0.5e-3, -0.2e-3),)) - topology.wake_share(phase)), abs=1e-12)
+    assert any(costs.wake(0, ops[key[1]]) < before.wake(0, ops[key[1]]) for key in gathers)
+    assert all(costs.wake(0, ops[key[1]]) == before.wake(0, ops[key[1]]) for key in others)
+    full = simulate(scenario, topology=topology, serial=True, replay=False).step_time_s
+    assert simulate(scenario, topology=topology, serial=True, fast=True).step_time_s == pytest.approx(full, rel=1e-9)
+    assert full < simulate(scenario, topology=own, serial=True, replay=False).step_time_s
+    ddp = make_scenario(model("tiny-deep"), "ddp", 2, micro_batch=2, precision="fp32", topology="cpu-host")
+    assert (simulate(ddp, topology=topology, serial=True).step_time_s
+            == simulate(ddp, topology=own, serial=True).step_time_s)
+
+
+def test_the_compute_before_a_call_holds_the_executors_work_since_the_last_call_only():
+    """The executor's work between ops is priced in the compute after them, but the phase a call's wake is
+    priced after (``OpCosts.after_compute``) holds only the work of the ops since the last call: in ZeRO-3 the
+    work before each gather of a series went between calls. With the work at ``b`` an op, each call's phase
+    grows by ``b`` times the ops since the call before it, fewer than the ops since the compute before that."""
+    from simpar.plan import Alloc, Free, Recv, Send
+    from simpar.sim.op_costs import OpCosts
+
+    scenario, plan = _zero3(2)
+    profile = _profile()
+    profile.wake, profile.wake_phase, profile.wake_short = {"2": 1e-3}, {"2": 2e-3}, {"2": [[0.5e-3, 0.5e-3]]}
+    phases = []
+    for work in (0.0, 1e-5):
+        profile.between_ops = work
+        phases.append(OpCosts(plan, scenario, profile.topology(2, "fp32")).after_compute)
+    ops = plan.programs[0].ops
+    checked = 0
+    for i, op in enumerate(ops):
+        if (0, op.id) not in phases[0]:
+            continue
+        compute = max(j for j in range(i) if isinstance(ops[j], Compute))
+        before = [j for j in range(compute) if not isinstance(ops[j], (Alloc, Free))]
+        last_call = max((j for j in before if isinstance(ops[j], (Collective, Send, Recv))), default=None)
+        last_compute = max((j for j in before if isinstance(ops[j], (Compute, Copy))), default=None)
+        if last_call is None or last_compute is None or last_call < last_compute:
+            continue  # the step's first (its phase runs round the step) or one without a call before its compute
+        quiet, since = compute - last_call, compute - last_compute
+        assert quiet < since
+        assert phases[1][(0, op.id)] - phases[0][(0, op.id)] == pytest.approx(1e-5 * quiet, rel=1e-9)
+        checked += 1
+    assert checked > 5

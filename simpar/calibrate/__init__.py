@@ -24,8 +24,8 @@ from simpar.calibrate.pipeline_bench import late_recv_cost, late_worker, relay_w
 from simpar.calibrate.cold import COLD_KINDS, TAUS
 from simpar.calibrate.profile import (HardwareProfile, fit_collective_costs, fit_line, fit_unit_costs, machine_id,
                                      ring_price, ring_steps, step_bytes, unit_fit_residual)
-from simpar.calibrate.series import (SERIES, SERIES_SECONDS, series_late, series_level, series_positions, series_wake,
-                                    series_worker)
+from simpar.calibrate.series import (SERIES, SERIES_SECONDS, series_first, series_late, series_level, series_positions,
+                                    series_wake, series_worker)
 from simpar.calibrate.tp_bench import fit_tp_pieces, tp_piece_worker
 from simpar.real import awake
 from simpar.real.launch import launch
@@ -172,7 +172,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
             timed = launch(series_worker, world, (SERIES_SECONDS * repeats / 10,), timeout=timeout)
             series = [r["series"] for r in timed]
             positions, later_calls[str(world)] = series_positions(series), series_late(series) / (world - 1)
-            series_calls[str(world)] = timed[0]["calls"]
+            series_calls[str(world)] = timed[0]["calls"], statistics.fmean(r["compute"] for r in timed)
         # a pipeline receive posted after its send: gloo's rendezvous makes it wait for the sender's thread
         late[str(world)] = late_recv_cost([r["late"] for r in ranks], bandwidth)
         # ... and how much more a call costs after a longer compute (the wait for the slowest rank grows)
@@ -207,7 +207,10 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
     handling, sharded, concat = fit_tensor_work(alone), fit_sharded_work(alone), fit_tensor_work(alone, "concat_s")
     # what the executor's ZeRO-3 gathers pay from the second of a series on beyond the price of a bare call
     levels = {w: series_level(shared[w]["series"], calls, int(w), *ring[w], handling)
-              for w, calls in series_calls.items()}
+              for w, (calls, _) in series_calls.items()}
+    # ... and their first, after a layer-sized compute: a point of the wake's share for ZeRO-3's gathers
+    firsts = {w: series_first(shared[w]["series"], calls, compute_before, int(w), *ring[w], handling)
+              for w, (calls, compute_before) in series_calls.items()}
     rates = {}
     for name in ("adam", "sgd"):
         rows = [s for s in host["steps"] if s["optimizer"] == name]
@@ -221,7 +224,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
                               wake=wake, wake_curve=curve, wake_phase=phase, handoff=handoff, send_issue=issue,
                               late_recv=late,
                               worker_server=worker_server, worker_server_curve=ps_curve, wake_short=short_wake,
-                              resume=resume, series_late=later_calls, series_level=levels,
+                              resume=resume, series_late=later_calls, series_level=levels, series_first=firsts,
                               resume_after_recv=resume_after_recv, resume_unit=unit_alone, between_ops=between,
                               optimizer_params_per_s=rates, optimizer_step={precision: step} if step else {},
                               step_concat={precision: concat} if step and concat else {},

@@ -40,7 +40,7 @@ from simpar.topologies.graph import Topology
 if TYPE_CHECKING:
     from simpar.calibrate.gpu_profile import GPUProfile
 
-VERSION = 8
+VERSION = 9
 UNIT_KINDS = ("embedding", "layer", "head")
 
 
@@ -217,6 +217,10 @@ class HardwareProfile:
     # on beyond a bare call's price (the step latency, bandwidth and the data's handling; calibrate/series.py
     # ``series_level``), for world sizes up to the cores; empty in older profiles: priced as a bare call
     series_level: dict[str, float] = field(default_factory=dict)
+    # world -> [seconds of the compute before the executor's ZeRO-3 series, what its first gather cost beyond its
+    # price] (calibrate/series.py ``series_first``), where series_level is measured: the point the wake's share
+    # of a ZeRO-3 gather after computing is interpolated through (instead of ``wake_short``'s); empty: theirs
+    series_first: dict[str, list[float]] = field(default_factory=dict)
     # seconds per op of the plan the executor spends between ops, outside every timed op (compute_worker;
     # 0 in profiles from before it was measured)
     between_ops: float = 0.0
@@ -390,6 +394,8 @@ class HardwareProfile:
         if str(world) in self.series_late:  # measured where ranks do not outnumber cores, for that world alone
             topology.series_late = (SERIES + 1, float(self.series_late[str(world)]))
         topology.series_level = float(self.series_level.get(str(world), 0.0))  # measured for that world alone
+        if self.series_first.get(str(world)):  # likewise
+            topology.gather_short = (tuple(float(x) for x in self.series_first[str(world)]),)
         if self.wake_short:
             topology.wake_short = tuple((float(c), float(p)) for c, p in self._nearest(self.wake_short, world))
         if self.worker_server:

@@ -90,11 +90,15 @@ def timed_series(compute, calls: list, seconds: float, after=None) -> list[list[
 
 def series_worker(ctx, seconds: float = SERIES_SECONDS) -> dict:
     """The executor's own series: tiny-deep under ZeRO-3 on ``ctx.world`` ranks (``RankExecutor``, after
-    three steps), calibration's unit computed (``_unit_burst``), then the gathers of the third layer's
-    modules that come before its forward, each through the executor's own collective code, every rank at
-    once, repeated (the modules released again after each) until ``seconds`` have passed. {"series":
-    [[compute end, each call's end] per repetition, clock times]}."""
-    from simpar.calibrate.bench import _unit_burst
+    three steps), a compute of about a layer's piece (phase_worker's "mid" burst, ``SHORT_LOOPS``), then the
+    gathers of the third layer's modules that come before its forward, each through the executor's own
+    collective code, every rank at once, repeated (the modules released again after each) until ``seconds``
+    have passed. {"series": [[compute end, each call's end] per repetition, clock times], "compute": mean
+    seconds of the compute before each}. A ZeRO-3 step's series follow a layer's forward or backward (0.6-0.9
+    ms each at 2 ranks in the executor's step), not a unit's forward and backward: after the unit (2 ms) the
+    series' first gather took 1.34-1.36 ms and its second to fourth 0.69-0.73; after 0.8 ms of compute 0.67-
+    0.74 and 0.58-0.63; in the executor's step (40 steps, per op) 0.79 and 0.58 (2 ranks, 2026-11-27)."""
+    from simpar.calibrate.bench import SHORT_LOOPS, _short_burst
     from simpar.models import model
     from simpar.plan import Collective, Compute
     from simpar.real.executor import RankExecutor
@@ -109,18 +113,22 @@ def series_worker(ctx, seconds: float = SERIES_SECONDS) -> dict:
         layer = next(i for i, op in enumerate(ops) if isinstance(op, Compute) and op.unit == 3 and op.phase == "fwd")
         start = max(i for i, op in enumerate(ops[:layer]) if isinstance(op, Compute))
         gathers = [op for op in ops[start:layer] if isinstance(op, Collective)]
-        unit = _unit_burst()
-        for _ in range(3):
-            unit()
+        burst, took = _short_burst(SHORT_LOOPS["mid"]), []
+
+        def compute():
+            began = time.perf_counter()
+            burst()
+            took.append(time.perf_counter() - began)
 
         def release():
             for op in gathers:
                 executor.states.release_module(op.units[0], op.modules[0])
 
-        marks = timed_series(unit, [lambda op=op: executor._collective(op) for op in gathers], seconds, release)
+        marks = timed_series(compute, [lambda op=op: executor._collective(op) for op in gathers], seconds, release)
     finally:
         executor.states.close()
-    return {"series": marks, "calls": [gather_shape(scenario.model, op) for op in gathers]}
+    return {"series": marks, "calls": [gather_shape(scenario.model, op) for op in gathers],
+            "compute": statistics.fmean(took)}
 
 
 def gather_shape(spec, op) -> dict:
@@ -129,6 +137,26 @@ def gather_shape(spec, op) -> dict:
     from simpar.sim.op_costs import moved_tensors
 
     return {"bytes": op.nbytes, "tensors": moved_tensors(spec, op), "elements": op.nbytes // op.itemsize}
+
+
+def beyond_price(seconds: float, call: dict, world: int, alpha: float, bytes_per_s: float,
+                 handling: list[float]) -> float:
+    """Seconds a gather of the series (``call``: ``gather_shape``) took beyond what the simulator prices it at:
+    the ring's step latency and bandwidth, and the executor's handling of its data (per tensor, per element)."""
+    from simpar.calibrate.profile import ring_price
+
+    per_tensor, per_element = handling or (0.0, 0.0)
+    return (seconds - ring_price("allgather", call["bytes"], world, alpha, bytes_per_s)
+            - per_tensor * call["tensors"] - per_element * call["elements"])
+
+
+def series_first(positions: list[float], calls: list[dict], compute: float, world: int, alpha: float,
+                 bytes_per_s: float, handling: list[float]) -> list[float]:
+    """[seconds of the compute before the series, what its first gather cost beyond its price]: a point of the
+    wake's share for ZeRO-3's gathers (``Topology.gather_short``); [] without a series."""
+    if not positions or len(calls) != len(positions):
+        return []
+    return [compute, beyond_price(positions[0], calls[0], world, alpha, bytes_per_s, handling)]
 
 
 def series_level(positions: list[float], calls: list[dict], world: int, alpha: float, bytes_per_s: float,
@@ -141,12 +169,10 @@ def series_level(positions: list[float], calls: list[dict], world: int, alpha: f
     out of step (``ModelStates`` hands each module back between calls), so more receives block and wait to
     be woken than in a bare series: at 2 ranks on the development VM the second to fourth calls took 0.68-0.89
     ms where the bare rows priced 0.51-0.77 (2026-11-26). 0 without a series (ranks outnumbering the cores)."""
-    from simpar.calibrate.profile import ring_price, ring_steps
+    from simpar.calibrate.profile import ring_steps
 
     if len(positions) < SERIES or len(calls) != len(positions):
         return 0.0
-    per_tensor, per_element = handling or (0.0, 0.0)
-    beyond = [t - ring_price("allgather", call["bytes"], world, alpha, bytes_per_s)
-              - per_tensor * call["tensors"] - per_element * call["elements"]
+    beyond = [beyond_price(t, call, world, alpha, bytes_per_s, handling)
               for t, call in zip(positions[1:SERIES], calls[1:SERIES])]
     return statistics.fmean(beyond) / ring_steps("allgather", world)

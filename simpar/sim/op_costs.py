@@ -64,30 +64,32 @@ class OpCosts:
         grows = self.topology.wake_growth or self.topology.wake_curve
         laps = 2 if grows or self.topology.wake_short or between else 1
         for pi, prog in enumerate(self.plan.programs):
-            phase, since = 0.0, 0  # ops since the last compute (the ops after a step's last one: its first's)
+            # ops since the last compute (the ops after a step's last one: its first's), and since the last call
+            phase, since, quiet = 0.0, 0, 0
             for _ in range(laps):
                 last = None
                 for op in prog.ops:
-                    since += 1
+                    since, quiet = since + 1, quiet + 1
                     if isinstance(op, (Alloc, Free)):
                         continue
                     network = isinstance(op, (Collective, Send, Recv))
                     if isinstance(op, (Collective, Send)) and isinstance(last, (Compute, Copy)):
                         woken[(pi, op.id)] = phase
                     if isinstance(op, Compute):
-                        pays = between * since
+                        resume = 0.0
                         if op.device == "gpu" and isinstance(last, (Collective, Send, Recv)):
                             # after a pipeline receive the rank waits to be handed a core (stages take turns):
                             # a delay, paid whole; after a call it computes slower for a while: by its length
                             topology = self.topology
-                            pays += (topology.resume_after_recv_latency if isinstance(last, Recv) else
-                                     topology.resume_cost(topology.resume_latency, self.compute_time(prog, op)))
-                        if pays:
-                            resumed[(pi, op.id)] = pays
+                            resume = (topology.resume_after_recv_latency if isinstance(last, Recv) else
+                                      topology.resume_cost(topology.resume_latency, self.compute_time(prog, op)))
+                        if between * since + resume:
+                            resumed[(pi, op.id)] = between * since + resume
+                        if laps > 1:  # the phase holds the work of the ops since the last call only: the work
+                            # of those before it (a ZeRO-3 series' gathers and allocations) went between calls
+                            phase += (self.compute_time(prog, op) + resume + between * min(since, quiet)) * slow
                         since = 0
-                    if isinstance(op, Compute) and laps > 1:
-                        phase += (self.compute_time(prog, op) + resumed.get((pi, op.id), 0.0)) * slow
-                    phase = 0.0 if network else phase
+                    phase, quiet = (0.0, 0) if network else (phase, quiet)
                     last = op if network or isinstance(op, (Compute, Copy)) else last
         return woken, resumed
 
@@ -212,9 +214,14 @@ class OpCosts:
 
     def wake(self, pi: int, op: Collective) -> float:
         """Seconds a collective pays besides its steps on the executor's ranks: the topology's wake after
-        the compute before it (0 after another call, and elsewhere) and the handling of its data."""
+        the compute before it (0 after another call, and elsewhere; a ZeRO-3 gather of parameters its share
+        through the executor's own series, ``Topology.gather_short``) and the handling of its data."""
         phase = self.after_compute.get((pi, op.id))
-        return (0.0 if phase is None else self.topology.collective_wake(phase, op.algo)) + self.handling(op)
+        if phase is None:
+            return self.handling(op)
+        gathers = op.op == "allgather" and op.payload == "params" and self._kept_sharded("params")
+        points = self.topology.gather_short if gathers else None  # ZeRO-3's own, where measured
+        return self.topology.collective_wake(phase, op.algo, points) + self.handling(op)
 
     def resume(self, pi: int, op: Compute) -> float:
         """What a compute pays on the executor's ranks beyond its work: the resume right after a call, the

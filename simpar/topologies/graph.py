@@ -74,6 +74,9 @@ class Topology:
         # wake_phase the wake is interpolated through (0, 0), these and (wake_phase, the wake), as a share of
         # the algorithm's wake; None: paid whole
         self.wake_short: tuple[tuple[float, float], ...] | None = None
+        # the same points for the executor's ZeRO-3 gathers of parameters, from its own series after a layer-sized
+        # compute (a calibrated profile's series_first); None: wake_short's
+        self.gather_short: tuple[tuple[float, float], ...] | None = None
         self.handoff_latency = 0.0  # the same for a pipeline send: it waits for one neighbour, not a group
         # seconds a compute right after a collective, send or receive pays: a rank resuming after a blocked
         # receive computes slower for a while (a calibrated profile's resume; 0 elsewhere)
@@ -188,11 +191,12 @@ class Topology:
         of ``resume_unit`` seconds: the share it lasts of that one, at most all of it."""
         return latency * min(compute / self.resume_unit, 1.0) if self.resume_unit > 0 else latency
 
-    def collective_wake(self, phase: float, algo: str | None = None) -> float:
+    def collective_wake(self, phase: float, algo: str | None = None, points=None) -> float:
         """Seconds a collective (of algorithm ``algo``) pays before its steps when it comes after ``phase``
-        seconds of compute: the wake measured for its algorithm, and the wait for the slowest rank's growth."""
+        seconds of compute: the wake measured for its algorithm, and the wait for the slowest rank's growth
+        (``points``: the short computes' points its share is interpolated through, ``wake_short`` if None)."""
         wake = self.worker_server_wake if algo == "ps" and self.worker_server_wake is not None else self.wake_latency
-        return wake * self.wake_share(phase) + self.wake_rise(phase, algo)
+        return wake * self.wake_share(phase, points) + self.wake_rise(phase, algo)
 
     def wake_rise(self, phase: float, algo: str | None = None) -> float:
         """What a call (of algorithm ``algo``) pays after ``phase`` seconds of compute beyond the wake after
@@ -207,16 +211,17 @@ class Topology:
         slope = (extras[-1] - extras[-2]) / (phases[-1] - phases[-2]) if phases[-1] > phases[-2] else 0.0
         return extras[-1] + max(slope, 0.0) * (phase - phases[-1])
 
-    def wake_share(self, phase: float) -> float:
+    def wake_share(self, phase: float, points=None) -> float:
         """The share of the wake a call pays after ``phase`` seconds of compute: all of it from the compute it
         was measured after (``wake_phase``) on; below, through what short computes' calls paid beyond their
         steps (``wake_short``, each point; below 0 where it cost less than its steps at the step latency in a
         step: the calls of a short compute's pattern go nearer the back-to-back pace) and nothing right after
-        another call. 1 without the measurements."""
-        if not self.wake_short or phase >= self.wake_phase or not self.wake_latency:
+        another call (``points``: another op's, instead of ``wake_short``). 1 without the measurements."""
+        points = points or self.wake_short
+        if not points or phase >= self.wake_phase or not self.wake_latency:
             return 1.0
         # the points between (more ranks than cores can stretch a short compute past the unit's)
-        points = sorted((short, min(paid / self.wake_latency, 1.0)) for short, paid in self.wake_short
+        points = sorted((short, min(paid / self.wake_latency, 1.0)) for short, paid in points
                         if 0.0 < short < self.wake_phase)
         phases = [0.0] + [short for short, _ in points] + [self.wake_phase]
         return float(np.interp(phase, phases, [0.0] + [share for _, share in points] + [1.0]))

@@ -238,10 +238,8 @@ def pattern_worker(ctx, sizes: list[int], repeats: int, rounds: int = 5) -> dict
 # data-parallel step (tiny-deep's 2-rank DDP step computes about 24 units' worth before its last call)
 PHASE_UNITS = (1, 4, 8, 16, 32)
 SHORT_PHASE = 3e-4  # seconds (alone) of phase_worker's short compute: a tensor-parallel piece's
-# phase_worker's short loops: key -> seconds (alone) of the compute before each call. Two, as a call's cost rises
-# steeply between a short piece and a unit, then levels (concave): tiny-deep's tp step at 2 ranks, its calls by
-# the compute before them (four runs): 1.10-1.47 ms after 0.4 ms, 1.50-1.97 after 0.7, 1.9-3.0 after 2 ms;
-# a straight line from the short point to the unit's priced 0.38 ms more per ms where these rose 1.1-1.7
+# phase_worker's short loops: key -> seconds (alone) of compute before each call; two, as tp's calls rose 1.1-1.7
+# ms per ms of compute between 0.4 and 0.7 ms, where a line from the short point to the unit's priced 0.38
 SHORT_LOOPS = {"short": SHORT_PHASE, "mid": 8e-4}
 # repetitions of the short loop a round, and how many of its first are not kept: right after the long loops
 # and a barrier a call is slow for about five repetitions (2 ranks, 256 KiB: 2.2-2.4 ms, then 1.0-1.1 by the
@@ -269,10 +267,10 @@ def phase_worker(ctx, size: int, seconds: float = 8.0, repeats: int = 3, ps_size
     each vCPU of the development VM flips between a fast and a slow state for 0.25-6.5 s at a time
     (benchmarks/host_speed.py); seconds of rounds average the states.
     "short" and "mid" (``SHORT_LOOPS``): a short compute, then one call, as tensor parallelism's pieces and
-    calls follow each other ([start, compute end, call end]), ``SHORT_REPS`` a round, the first ``SHORT_WARMUP`` not kept
-    (cold after the long loops). A call after a short compute costs less than after a unit: at 2 ranks a
-    4 KiB all-reduce cost 0.9 ms back to back, 0.8 after 0.1 ms of compute, 1.7 after 0.3, 2.4 after 0.6,
-    2.8 after 1.1 and 3.2 after the unit (2.1 ms), mean of 150."""
+    calls follow each other ([start, compute end, call end]), ``SHORT_REPS`` a round, the first
+    ``SHORT_WARMUP`` not kept (cold after the long loops). A call after a short compute costs less than after
+    a unit: at 2 ranks a 4 KiB all-reduce cost 0.9 ms back to back, 0.8 after 0.1 ms of compute, 1.7 after
+    0.3, 2.4 after 0.6, 2.8 after 1.1 and 3.2 after the unit (2.1 ms), mean of 150."""
     comm, group = CountingComm(ctx.rank), list(range(ctx.world))
     unit = _unit_burst()
     flat = torch.zeros(max(size // 4, ctx.world))

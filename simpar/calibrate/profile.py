@@ -217,9 +217,8 @@ class HardwareProfile:
     # on beyond a bare call's price (the step latency, bandwidth and the data's handling; calibrate/series.py
     # ``series_level``), for world sizes up to the cores; empty in older profiles: priced as a bare call
     series_level: dict[str, float] = field(default_factory=dict)
-    # world -> [seconds of the compute before the executor's ZeRO-3 series, what its first gather cost beyond its
-    # price] (calibrate/series.py ``series_first``), where series_level is measured: the point the wake's share
-    # of a ZeRO-3 gather after computing is interpolated through (instead of ``wake_short``'s); empty: theirs
+    # world -> [compute before the executor's ZeRO-3 series, its first gather beyond its price] (``series_first``):
+    # a ZeRO-3 gather's wake share goes through this point instead of ``wake_short``'s, where measured
     series_first: dict[str, list[float]] = field(default_factory=dict)
     # seconds per op of the plan the executor spends between ops, outside every timed op (compute_worker;
     # 0 in profiles from before it was measured)

@@ -96,8 +96,8 @@ def series_worker(ctx, seconds: float = SERIES_SECONDS) -> dict:
     have passed. {"series": [[compute end, each call's end] per repetition, clock times], "compute": mean
     seconds of the compute before each}. A ZeRO-3 step's series follow a layer's forward or backward (0.6-0.9
     ms each at 2 ranks in the executor's step), not a unit's forward and backward: after the unit (2 ms) the
-    series' first gather took 1.34-1.36 ms and its second to fourth 0.69-0.73; after 0.8 ms of compute 0.67-
-    0.74 and 0.58-0.63; in the executor's step (40 steps, per op) 0.79 and 0.58 (2 ranks, 2026-11-27)."""
+    series' first gather took 1.34-1.36 ms and its second to fourth 0.69-0.73; after 0.8 ms of compute
+    0.67-0.74 and 0.58-0.63; in the executor's step (40 steps, per op) 0.79 and 0.58 (2 ranks, 2026-11-27)."""
     from simpar.calibrate.bench import SHORT_LOOPS, _short_burst
     from simpar.models import model
     from simpar.plan import Collective, Compute

@@ -149,8 +149,9 @@ def _save_and_show(profile, args, precision: str, what: str = "") -> int:
               "   + after longer compute before it")
         for world in sorted(int(k) for k in profile.worker_server):
             wake, leg, rate = profile.worker_server[str(world)]
-            short = ", ".join(f"{'-' if paid < 0 else '+'}{units.human_time(abs(paid))} after {units.human_time(compute)}"
-                              for compute, paid in profile.wake_short.get(str(world), ()))
+            points = profile.wake_short.get(str(world), ())
+            short = ", ".join(f"{'-' if paid < 0 else '+'}{units.human_time(abs(paid))} after "
+                              f"{units.human_time(compute)}" for compute, paid in points)
             grows = _growth(profile, world, "ps") if profile.worker_server_curve else "as the ring's"
             print(f"  {world:>5}   {short:>50}   {'+' + units.human_time(wake):>50}   {units.human_time(leg):>16}"
                   f"   {units.human_rate(rate):>13}   {grows:>33}")

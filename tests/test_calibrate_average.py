@@ -278,3 +278,25 @@ def test_validate_calibrates_after_every_round_unless_told_otherwise(monkeypatch
 def _case() -> dict:
     return {"strategy": "ddp", "gpus": 2, "sim_step_s": 0.03, "real_step_s": 0.033, "error": -0.09, "spread": 0.2,
             "bytes_exact": True, "memory_exact": True, "real_runs_s": [0.03, 0.033, 0.036]}
+
+
+def test_the_short_loops_points_and_zero3s_first_gather_average_point_by_point_and_are_shown(tmp_path, cli):
+    """``wake_short`` (a point per short loop) and ``series_first`` average point by point, and `calibrate
+    --average` prints each point with the compute it came after."""
+    first, second = _profile(1.0), _profile(3.0)
+    first.wake_short = {"2": [[0.4e-3, 1e-4], [1.0e-3, 3e-4]]}
+    second.wake_short = {"2": [[0.6e-3, -1e-4], [1.2e-3, 5e-4]]}
+    first.series_first, second.series_first = {"2": [1.0e-3, 2e-4]}, {"2": [1.2e-3, 4e-4]}
+    for profile in (first, second):
+        profile.worker_server = {"2": [5e-4, 3e-4, 2e9]}
+        profile.late_recv = {"2": 1e-3}
+    averaged = average_profiles([first, second], ["a", "b"])
+    assert averaged.wake_short["2"] == [pytest.approx([0.5e-3, 0.0]), pytest.approx([1.1e-3, 4e-4])]
+    assert averaged.series_first["2"] == pytest.approx([1.1e-3, 3e-4])
+    paths = [str(tmp_path / "a.json"), str(tmp_path / "b.json")]
+    first.save(paths[0])
+    second.save(paths[1])
+    result = cli("calibrate", "--average", ",".join(paths), "--out", str(tmp_path / "avg.json"))
+    assert result.returncode == 0, result.stderr
+    assert "+0 us after 500 us, +400 us after 1.1 ms" in result.stdout  # the short loops' points
+    assert "+300 us after 1.1 ms" in result.stdout  # ZeRO-3's first gather

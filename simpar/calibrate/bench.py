@@ -237,10 +237,8 @@ def pattern_worker(ctx, sizes: list[int], repeats: int, rounds: int = 5) -> dict
 # units computed before a call in phase_worker's loops: one (what the wake is measured after) to a whole
 # data-parallel step (tiny-deep's 2-rank DDP step computes about 24 units' worth before its last call)
 PHASE_UNITS = (1, 4, 8, 16, 32)
-SHORT_PHASE = 3e-4  # seconds (alone) of phase_worker's short compute: a tensor-parallel piece's
-# phase_worker's short loops: key -> seconds (alone) of compute before each call; two, as tp's calls rose 1.1-1.7
-# ms per ms of compute between 0.4 and 0.7 ms, where a line from the short point to the unit's priced 0.38
-SHORT_LOOPS = {"short": SHORT_PHASE, "mid": 8e-4}
+SHORT_PHASE = 3e-4  # seconds (alone) of phase_worker's short compute: a tensor-parallel piece's; and a longer one,
+SHORT_LOOPS = {"short": SHORT_PHASE, "mid": 8e-4}  # as tp's calls rose 1.1-1.7 ms a ms from 0.4 to 0.7 ms of it
 # repetitions of the short loop a round, and how many of its first are not kept: right after the long loops
 # and a barrier a call is slow for about five repetitions (2 ranks, 256 KiB: 2.2-2.4 ms, then 1.0-1.1 by the
 # sixth; caches cold after the time away from the calls, as the once-a-step units' are), where tp's calls

@@ -204,18 +204,15 @@ class HardwareProfile:
     worker_server_curve: dict[str, list[list[float]]] = field(default_factory=dict)
     wake_growth: dict[str, float] = field(default_factory=dict)
     wake_phase: dict[str, float] = field(default_factory=dict)
-    # world -> [[seconds of a short compute, what the first call after it costs beyond the ring's price of that
-    # call (negative: less)], ...]: phase_worker's short loops, one point each (``SHORT_LOOPS``); empty: a call
-    # after any compute pays the whole wake
+    # world -> [[seconds of a short compute, the first call after it beyond the ring's price (negative: less)], ...]:
+    # phase_worker's short loops, a point each (``SHORT_LOOPS``); empty: a call after any compute pays the whole wake
     wake_short: dict[str, list[list[float]]] = field(default_factory=dict)
-    # world -> seconds per ring step a collective from the fifth on of a series after computing pays beyond
-    # the step latency (negative: less; the executor's own ZeRO-3 gathers timed call by call:
-    # calibrate/series.py), for world sizes up to the cores; elsewhere (and in older profiles) every call
-    # of a series at the step latency
+    # world -> seconds per ring step a collective from the fifth on of a series after computing pays beyond the
+    # step latency (negative: less; the executor's own ZeRO-3 gathers timed call by call: calibrate/series.py),
+    # for world sizes up to the cores; elsewhere (and in older profiles) every call of a series at the step latency
     series_late: dict[str, float] = field(default_factory=dict)
-    # world -> seconds per ring step the executor's ZeRO-3 gathers of parameters pay from the second of a series
-    # on beyond a bare call's price (the step latency, bandwidth and the data's handling; calibrate/series.py
-    # ``series_level``), for world sizes up to the cores; empty in older profiles: priced as a bare call
+    # world -> seconds per ring step the executor's ZeRO-3 gathers of parameters pay from a series' second on beyond
+    # a bare call's price (step latency, bandwidth, handling; ``series_level``), up to the cores; empty: none
     series_level: dict[str, float] = field(default_factory=dict)
     # world -> [compute before the executor's ZeRO-3 series, its first gather beyond its price] (``series_first``):
     # a ZeRO-3 gather's wake share goes through this point instead of ``wake_short``'s, where measured

@@ -83,8 +83,9 @@ class OpCosts:
                             topology = self.topology
                             resume = (topology.resume_after_recv_latency if isinstance(last, Recv) else
                                       topology.resume_cost(topology.resume_latency, self.compute_time(prog, op)))
-                        if between * since + resume:
-                            resumed[(pi, op.id)] = between * since + resume
+                        pays = between * since + resume
+                        if pays:
+                            resumed[(pi, op.id)] = pays
                         if laps > 1:  # the phase holds the work of the ops since the last call only: the work
                             # of those before it (a ZeRO-3 series' gathers and allocations) went between calls
                             phase += (self.compute_time(prog, op) + resume + between * min(since, quiet)) * slow
@@ -106,7 +107,7 @@ class OpCosts:
         out as the series goes on); a ZeRO-3 gather of parameters from the second on, ``series_level`` more
         (the executor's module gathers leave the ranks out of step: calibrate/series.py)."""
         start, shift = self.topology.series_late or (math.inf, 0.0)
-        level = self.topology.series_level if self._kept_sharded("params") else 0.0
+        level = self.topology.series_level
         later = {}
         for pi, prog in enumerate(self.plan.programs):
             position = 0
@@ -118,7 +119,7 @@ class OpCosts:
                     if not isinstance(op, Collective):
                         continue
                     paid = (shift if position >= start else 0.0) + (
-                        level if position >= 2 and op.op == "allgather" and op.payload == "params" else 0.0)
+                        level if position >= 2 and self._sharded_gather(op) else 0.0)
                     if paid:
                         later[(pi, op.id)] = paid
         return later
@@ -198,6 +199,11 @@ class OpCosts:
         """The units whose parameters a program's rank holds: those it computes."""
         return {op.unit for op in prog.ops if isinstance(op, Compute) and op.unit >= 0}
 
+    def _sharded_gather(self, op: Collective) -> bool:
+        """Whether a collective is ZeRO-3's gather of parameters the ranks keep sharded (what the calibration's
+        ``series_worker`` times: calibrate/series.py)."""
+        return op.op == "allgather" and op.payload == "params" and self._kept_sharded("params")
+
     def _kept_sharded(self, category: str) -> bool:
         """Whether a rank keeps less than its whole model's ``category`` (params, grads) on the device for the
         step (as the executor tells: real/states.py), from the first program's allocations."""
@@ -219,8 +225,7 @@ class OpCosts:
         phase = self.after_compute.get((pi, op.id))
         if phase is None:
             return self.handling(op)
-        gathers = op.op == "allgather" and op.payload == "params" and self._kept_sharded("params")
-        points = self.topology.gather_short if gathers else None  # ZeRO-3's own, where measured
+        points = self.topology.gather_short if self._sharded_gather(op) else None  # ZeRO-3's own, where measured
         return self.topology.collective_wake(phase, op.algo, points) + self.handling(op)
 
     def resume(self, pi: int, op: Compute) -> float:

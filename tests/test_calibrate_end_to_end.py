@@ -19,6 +19,12 @@ def test_calibrate_then_validate_end_to_end(tmp_path, cli):
     assert set(data["ring"]) == set(data["wake"]) == set(data["resume"]) == {"2"}
     assert all(v >= 0 for v in (data["wake"]["2"], data["resume"]["2"], *data["ring"]["2"]))
     assert set(data["handoff"]) == {"2"} and data["handoff"]["2"] >= 0
+    # 2 ranks computing at once: the burst's rounds over the rows' own time of its unit, the rows in visits
+    from simpar.calibrate import ranks_slowdown
+
+    together = data["samples"]["shared"]["2"]["burst_together"]
+    assert data["slowdown"]["2"] == pytest.approx(ranks_slowdown(together, data["samples"]["compute"]))
+    assert all(row["timed_steps"] >= 2 for row in data["samples"]["compute"])
     assert set(data["send_issue"]) == {"2"} and data["send_issue"]["2"] > 0  # an isend takes some time
     assert set(data["late_recv"]) == {"2"} and data["late_recv"]["2"] >= 0
     assert set(data["samples"]["shared"]["2"]["late"]) == {"4096", "65536"}  # a late receive by message size

@@ -2,9 +2,9 @@
 benchmark at the same time, so running k ranks measures what k ranks sharing the machine get).
 
 Nothing here runs a distributed strategy: compute is timed unit by unit (embedding, layer, head,
-forward and backward) by the executor's own step on one rank, communication with the executor's
-own ring code (back to back, and in the pattern a step uses: a unit's compute, then the
-collectives), the optimizer step and memory copies on bare tensors. ``simpar validate`` then
+forward and backward) by the executor's own step on one rank (compute_bench.py), communication
+with the executor's own ring code (back to back, and in the pattern a step uses: a unit's compute,
+then the collectives), the optimizer step and memory copies on bare tensors. ``simpar validate`` then
 judges the fitted profile on whole strategies the fit never saw.
 """
 
@@ -16,14 +16,11 @@ import time
 import torch
 import torch.distributed as dist
 
-from simpar.calibrate.cold import GapClock
 from simpar.calibrate.series import SERIES
 from simpar.models import model
 from simpar.real.comm import CountingComm
 from simpar.real.model import build_model
 from simpar.real.states import make_optimizer
-from simpar.scenario import make_scenario
-from simpar.strategies.work import Work
 
 
 def _timed(fn, repeats: int) -> float:
@@ -42,83 +39,6 @@ def _timed(fn, repeats: int) -> float:
     barrier = statistics.median(between_barriers(lambda: None) for _ in range(5))
     rounds = [between_barriers(lambda: [fn() for _ in range(repeats)]) for _ in range(5)]
     return max(statistics.median(rounds) - barrier, 0.0) / repeats
-
-
-def compute_worker(ctx, models: list[str], batches: list[int], precision: str, repeats: int) -> list[dict]:
-    """Forward and backward time of each kind of unit, with the FLOPs the simulator prices it at, as
-    the executor itself performs them: its own step (RankExecutor) on one rank under DDP, so nothing
-    is communicated, ``repeats`` steps after two warm-up steps (the first samples memory), each
-    unit's ops timed by its recorder. A unit benchmarked apart from the executor misses what the
-    executor does around each op (slicing the batch, keeping inputs for backward, the loss; 0.1 ms
-    per op on the development VM) and splits forward and backward differently. The optimizer's step
-    op (Adam over the whole model: ``step_s`` for ``params``) is timed here too, for the same reason:
-    after the backward has filled the caches with other data, and with the executor's gradient
-    flattening around it, it took 1.0 ms for tiny's 119 K parameters where Adam stepping the same
-    tensor again and again (``host_worker``) took 0.33 ms; ``concat_s``, the part of it that flattens the
-    gradients first, which ZeRO-2 and 3 do not (``handling.concat_timer``). So is its gradients' all-reduce op, which on
-    one rank communicates nothing: ``reduce_s`` is the executor's own handling of the data around any
-    data-parallel collective (``tensors`` parameter tensors concatenated into one buffer, scaled, and
-    each gradient re-pointed into it); ``gather_s`` what ZeRO-1/2's all-gather does instead and
-    ``scatter_s`` what ZeRO-2's reduce-scatter does, timed right after each step (``handling``). Each unit's
-    gap since the last of its kind and phase ended (``fwd_gaps``, ``bwd_gaps``: by its place in the step) is
-    what its cold caches are fitted on (calibrate/cold.py)."""
-    from simpar.calibrate.handling import between_ops, concat_timer, time_gather, time_scatter
-    from simpar.real.executor import RankExecutor
-
-    rows = []
-    for name in models:
-        spec = model(name)
-        for b in batches:
-            scenario = make_scenario(spec, "ddp", 1, micro_batch=b, precision=precision, topology="cpu-host")
-            executor = RankExecutor(ctx, scenario, seed=ctx.rank)
-            ops, work = executor.program.ops, Work(scenario)
-            seconds: dict[tuple[str, str], list[float]] = {}
-            between: list[float] = []
-            stepped: list[float] = []  # the optimizer step op, as the step meets it (its caches cold)
-            handled: list[float] = []  # the gradients' all-reduce op: on one rank, flattening and re-pointing
-            gathered: list[float] = []  # ZeRO-1/2's all-gather: the parameters copied out of a buffer
-            scattered: list[float] = []  # ZeRO-2's reduce-scatter: the gradients concatenated, then dropped
-            concats = concat_timer(executor.states)  # the gradients flattened inside the step op (in stepped)
-            clock = GapClock()  # each unit's time since the last of its kind (calibrate/cold.py)
-            try:
-                for step in range(repeats + 2):
-                    if step == 2:
-                        del concats[:]  # the timed steps' alone
-                    executor.step(step)
-                    t0 = executor.recorder.step_started
-                    clock.add_step([(spec.unit_kind(ops[e["op"]].unit), ops[e["op"]].phase, t0 + e["start"],
-                                     t0 + e["end"]) for e in executor.recorder.timeline
-                                    if getattr(ops[e["op"]], "phase", None) in ("fwd", "bwd")], keep=step >= 2)
-                    if step >= 2:
-                        recorder = executor.recorder
-                        between.append(between_ops(recorder.step_times[-1], recorder.timeline, len(ops)))
-                        gathered.append(time_gather(executor.states))  # where ZeRO's comes: after the step
-                        scattered.append(time_scatter(executor.states))
-                    for entry in executor.recorder.timeline if step >= 2 else ():
-                        op = ops[entry["op"]]
-                        if getattr(op, "phase", None) in ("fwd", "bwd"):
-                            key = (spec.unit_kind(op.unit), op.phase)
-                            seconds.setdefault(key, []).append(entry["end"] - entry["start"])
-                        elif getattr(op, "phase", None) == "step":
-                            stepped.append(entry["end"] - entry["start"])
-                        elif getattr(op, "payload", None) == "grads":  # one rank: the data's handling alone
-                            handled.append(entry["end"] - entry["start"])
-            finally:
-                executor.states.close()
-            for kind, unit in (("embedding", 0), ("layer", 1), ("head", work.num_units - 1)):
-                u = work.units[unit]
-                rows.append({"model": name, "batch": b, "unit": kind, "fwd_flops": u.fwd_flops,
-                             "bwd_flops": u.bwd_flops, "table": u.params if kind == "embedding" else 0,
-                             "scores": spec.attention_scores(b) if kind == "layer" else 0,
-                             "fwd_s": statistics.fmean(seconds[(kind, "fwd")]),
-                             "bwd_s": statistics.fmean(seconds[(kind, "bwd")]),
-                             "fwd_gaps": clock.gaps(kind, "fwd"), "bwd_gaps": clock.gaps(kind, "bwd"),
-                             "between_ops_s": statistics.fmean(between), "params": spec.params,
-                             "step_s": statistics.fmean(stepped), "concat_s": sum(concats) / len(stepped),
-                             "reduce_s": statistics.fmean(handled),
-                             "gather_s": statistics.fmean(gathered), "scatter_s": statistics.fmean(scattered),
-                             "tensors": sum(spec.unit_tensors(spec.unit_kind(u)) for u in range(work.num_units))})
-    return rows
 
 
 def ring_worker(ctx, sizes: list[int], repeats: int) -> list[dict]:
@@ -344,13 +264,17 @@ def _handoff(comm: CountingComm, tensor: torch.Tensor, rank: int, world: int) ->
     return held
 
 
+BURST_UNIT = ("tiny-deep", 2)  # _unit_burst's model and micro-batch: its layer is a row of compute_worker's
+
+
 def _unit_burst():
     """The compute of ``pattern_worker``: a tiny-deep layer's forward and backward at micro-batch 2
     (what a step computes per unit; a short no-grad forward alone reads a larger slowdown, 1.7x
     against 1.3x at 2 ranks, as part of the slowdown is a fixed cost of resuming after a call)."""
-    spec = model("tiny-deep")
+    name, batch = BURST_UNIT
+    spec = model(name)
     layer = build_model(spec).units[1]
-    hidden = torch.randn(2, spec.seq, spec.hidden)
+    hidden = torch.randn(batch, spec.seq, spec.hidden)
 
     def unit():
         x = hidden.detach().requires_grad_()

@@ -14,8 +14,8 @@ receive (``handoff``: the same for a pipeline send, which waits for one neighbou
 receive, measured where the stages take turns; docs/calibration.md); ``resume`` was measured on a
 compute of ``resume_unit`` seconds alone, and a shorter one pays its share (the rank computes slower
 for a while after a call; after a pipeline receive it waits for a core, a delay paid whole); k ranks
-computing at once take ``slowdown[k]`` times as long as one (the cores are shared); the optimizer
-updates ``params_per_s``; a copy moves ``copy_bytes_per_s``.
+computing at once take ``slowdown[k]`` times as long as the one-rank rows price (the cores are
+shared); the optimizer updates ``params_per_s``; a copy moves ``copy_bytes_per_s``.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from simpar.topologies.graph import Topology
 if TYPE_CHECKING:
     from simpar.calibrate.gpu_profile import GPUProfile
 
-VERSION = 9
+VERSION = 10
 UNIT_KINDS = ("embedding", "layer", "head")
 
 
@@ -176,7 +176,7 @@ def machine_id() -> dict:
 class HardwareProfile:
     machine: dict
     compute: dict[str, dict[str, list[float]]]  # precision -> phase -> [overhead per UNIT_KINDS..., flops_per_s]
-    slowdown: dict[str, float]  # ranks at once (as a string key, for JSON) -> compute time factor
+    slowdown: dict[str, float]  # ranks at once (as a string key, for JSON) -> compute time factor (ranks_slowdown)
     ring: dict[str, list[float]]  # world -> [alpha_s, bandwidth bytes/s] of one ring step
     optimizer_params_per_s: dict[str, float]  # adam / sgd
     copy_bytes_per_s: float

@@ -1,0 +1,153 @@
+"""The units' compute as the executor performs it, on one rank (``compute_worker``), each model and
+micro-batch timed in visits taken in turns.
+
+Why in visits: this VM's cores flip between a fast and a slow state (1.5-1.7x) for 0.25-6.5 s at a
+time. Timed config after config, each model and batch drew its own states (0.2 s of steps each): the
+same tiny-deep layer read 1.0-2.6 ms from pass to pass, and the rows of one pass disagreed with each
+other by the states they drew. Visited in turns, every row is timed across the whole pass, so the rows
+share its mixture of states; their proportions are what the k-rank compute is priced by, its level set
+by k ranks computing at once over seconds of rounds (``calibrate.ranks_slowdown``).
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from simpar.calibrate.bench import BURST_UNIT
+from simpar.calibrate.cold import GapClock
+from simpar.models import model
+from simpar.scenario import make_scenario
+from simpar.strategies.work import Work
+
+TIMED_PER_VISIT = 2  # timed steps a visit, each visit after one warm-up step (caches refilled)
+
+
+class _Config:
+    """One model and micro-batch: the executor and what its timed steps have recorded so far."""
+
+    def __init__(self, ctx, name: str, batch: int, precision: str):
+        from simpar.calibrate.handling import concat_timer
+        from simpar.real.executor import RankExecutor
+
+        self.name, self.batch, self.spec = name, batch, model(name)
+        scenario = make_scenario(self.spec, "ddp", 1, micro_batch=batch, precision=precision, topology="cpu-host")
+        self.executor = RankExecutor(ctx, scenario, seed=ctx.rank)
+        self.ops, self.work = self.executor.program.ops, Work(scenario)
+        self.steps = 0
+        self.seconds: dict[tuple[str, str], list[float]] = {}
+        self.between: list[float] = []
+        self.stepped: list[float] = []  # the optimizer step op, as the step meets it (its caches cold)
+        self.handled: list[float] = []  # the gradients' all-reduce op: on one rank, flattening and re-pointing
+        self.gathered: list[float] = []  # ZeRO-1/2's all-gather: the parameters copied out of a buffer
+        self.scattered: list[float] = []  # ZeRO-2's reduce-scatter: the gradients concatenated, then dropped
+        self.concats = concat_timer(self.executor.states)  # the gradients flattened inside the step op
+        self.timed_concats: list[float] = []
+        self.clock = GapClock()  # each unit's time since the last of its kind (calibrate/cold.py)
+
+    def step(self, timed: bool) -> None:
+        from simpar.calibrate.handling import between_ops, time_gather, time_scatter
+
+        executor, ops, spec = self.executor, self.ops, self.spec
+        before = len(self.concats)
+        executor.step(self.steps)
+        self.steps += 1
+        t0 = executor.recorder.step_started
+        self.clock.add_step([(spec.unit_kind(ops[e["op"]].unit), ops[e["op"]].phase, t0 + e["start"], t0 + e["end"])
+                             for e in executor.recorder.timeline
+                             if getattr(ops[e["op"]], "phase", None) in ("fwd", "bwd")], keep=timed)
+        if not timed:
+            return
+        self.timed_concats.extend(self.concats[before:])
+        self.between.append(between_ops(executor.recorder.step_times[-1], executor.recorder.timeline, len(ops)))
+        self.gathered.append(time_gather(executor.states))  # where ZeRO's comes: after the step
+        self.scattered.append(time_scatter(executor.states))
+        for entry in executor.recorder.timeline:
+            op = ops[entry["op"]]
+            if getattr(op, "phase", None) in ("fwd", "bwd"):
+                self.seconds.setdefault((spec.unit_kind(op.unit), op.phase), []).append(entry["end"] - entry["start"])
+            elif getattr(op, "phase", None) == "step":
+                self.stepped.append(entry["end"] - entry["start"])
+            elif getattr(op, "payload", None) == "grads":  # one rank: the data's handling alone
+                self.handled.append(entry["end"] - entry["start"])
+
+    def rows(self) -> list[dict]:
+        spec, work = self.spec, self.work
+        rows = []
+        for kind, unit in (("embedding", 0), ("layer", 1), ("head", work.num_units - 1)):
+            u = work.units[unit]
+            rows.append({"model": self.name, "batch": self.batch, "unit": kind, "fwd_flops": u.fwd_flops,
+                         "bwd_flops": u.bwd_flops, "table": u.params if kind == "embedding" else 0,
+                         "scores": spec.attention_scores(self.batch) if kind == "layer" else 0,
+                         "fwd_s": statistics.fmean(self.seconds[(kind, "fwd")]),
+                         "bwd_s": statistics.fmean(self.seconds[(kind, "bwd")]),
+                         "fwd_gaps": self.clock.gaps(kind, "fwd"), "bwd_gaps": self.clock.gaps(kind, "bwd"),
+                         "between_ops_s": statistics.fmean(self.between), "params": spec.params,
+                         "step_s": statistics.fmean(self.stepped),
+                         "concat_s": sum(self.timed_concats) / len(self.stepped),
+                         "reduce_s": statistics.fmean(self.handled),
+                         "gather_s": statistics.fmean(self.gathered), "scatter_s": statistics.fmean(self.scattered),
+                         "tensors": sum(spec.unit_tensors(spec.unit_kind(u)) for u in range(work.num_units)),
+                         "timed_steps": len(self.stepped)})
+        return rows
+
+
+def compute_worker(ctx, models: list[str], batches: list[int], precision: str, repeats: int) -> list[dict]:
+    """Forward and backward time of each kind of unit, with the FLOPs the simulator prices it at, as
+    the executor itself performs them: its own step (RankExecutor) on one rank under DDP, so nothing
+    is communicated, each unit's ops timed by its recorder; at least ``repeats`` timed steps of each
+    model and batch, in visits taken in turns (``TIMED_PER_VISIT`` timed steps after one warm-up step;
+    two on the first visit, whose first samples memory). A unit benchmarked apart from the executor
+    misses what the executor does around each op (slicing the batch, keeping inputs for backward, the
+    loss; 0.1 ms per op on the development VM) and splits forward and backward differently. The
+    optimizer's step op (Adam over the whole model: ``step_s`` for ``params``) is timed here too, for
+    the same reason: after the backward has filled the caches with other data, and with the executor's
+    gradient flattening around it, it took 1.0 ms for tiny's 119 K parameters where Adam stepping the
+    same tensor again and again (``host_worker``) took 0.33 ms; ``concat_s``, the part of it that
+    flattens the gradients first, which ZeRO-2 and 3 do not (``handling.concat_timer``). So is its
+    gradients' all-reduce op, which on one rank communicates nothing: ``reduce_s`` is the executor's
+    own handling of the data around any data-parallel collective (``tensors`` parameter tensors
+    concatenated into one buffer, scaled, and each gradient re-pointed into it); ``gather_s`` what
+    ZeRO-1/2's all-gather does instead and ``scatter_s`` what ZeRO-2's reduce-scatter does, timed right
+    after each step (``handling``). Each unit's gap since the last of its kind and phase ended
+    (``fwd_gaps``, ``bwd_gaps``: by its place in the step) is what its cold caches are fitted on
+    (calibrate/cold.py); ``timed_steps`` how many steps were timed."""
+    configs = [_Config(ctx, name, b, precision) for name in models for b in batches]
+    try:
+        for visit in range(-(-repeats // TIMED_PER_VISIT)):
+            for config in configs:
+                for _ in range(2 if visit == 0 else 1):
+                    config.step(timed=False)
+                for _ in range(TIMED_PER_VISIT):
+                    config.step(timed=True)
+    finally:
+        for config in configs:
+            config.executor.states.close()
+    return [row for config in configs for row in config.rows()]
+
+
+def ranks_slowdown(together: float, alone: list[dict]) -> float:
+    """How much longer a unit takes with k ranks computing at once than the one-rank rows price it:
+    ``together`` (``burst_worker``: the burst with all k ranks at once, barrier to barrier, the median of
+    seconds of rounds) over the rows' own time of the burst's unit (``BURST_UNIT``'s layer, forward and
+    backward): the k-rank compute at the level the rounds met, in the rows' proportions, which the rows'
+    pass (a draw of this VM's fast and slow states) no longer moves. Against rank 0 alone in the rounds
+    (their median ratio), the rows' draw and the rounds' multiplied: four 2-rank validates' windows priced
+    the layer -3 to +15 % off their runs', where the rounds' together read -14 to +1 % (docs/calibration.md).
+    At least 1: below, noise."""
+    unit = _burst_row(alone)
+    return max(together / (unit["fwd_s"] + unit["bwd_s"]), 1.0)
+
+
+def level_slowdowns(shared: dict, alone: list[dict], cores: int) -> dict[str, float]:
+    """``ranks_slowdown`` of each world size whose ranks fit the cores and whose rounds were timed. Where they
+    outnumber the cores the rounds are time-sliced, which a step's computes pay less of (docs/calibration.md,
+    twentieth stop): there the rounds' own ratio of together to alone stays."""
+    if _burst_row(alone) is None:
+        return {}
+    return {w: ranks_slowdown(s["burst_together"], alone) for w, s in shared.items()
+            if "burst_together" in s and int(w) <= cores}
+
+
+def _burst_row(alone: list[dict]) -> dict | None:
+    name, batch = BURST_UNIT
+    return next((row for row in alone if (row["model"], row["batch"], row["unit"]) == (name, batch, "layer")), None)

@@ -5,8 +5,8 @@ Why in visits: this VM's cores flip between a fast and a slow state (1.5-1.7x) f
 time. Timed config after config, each model and batch drew its own states (0.2 s of steps each): the
 same tiny-deep layer read 1.0-2.6 ms from pass to pass, and the rows of one pass disagreed with each
 other by the states they drew. Visited in turns, every row is timed across the whole pass, so the rows
-share its mixture of states; their proportions are what the k-rank compute is priced by, its level set
-by k ranks computing at once over seconds of rounds (``calibrate.ranks_slowdown``).
+share its mixture of states; their proportions are what the k-rank compute is priced by, its level set,
+where the ranks fit the cores, by k ranks computing at once over seconds of rounds (``ranks_slowdown``).
 """
 
 from __future__ import annotations

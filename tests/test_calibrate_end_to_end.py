@@ -20,7 +20,7 @@ def test_calibrate_then_validate_end_to_end(tmp_path, cli):
     assert all(v >= 0 for v in (data["wake"]["2"], data["resume"]["2"], *data["ring"]["2"]))
     assert set(data["handoff"]) == {"2"} and data["handoff"]["2"] >= 0
     # 2 ranks computing at once: the burst's rounds over the rows' own time of its unit, the rows in visits
-    from simpar.calibrate import ranks_slowdown
+    from simpar.calibrate.compute_bench import ranks_slowdown
 
     together = data["samples"]["shared"]["2"]["burst_together"]
     assert data["slowdown"]["2"] == pytest.approx(ranks_slowdown(together, data["samples"]["compute"]))

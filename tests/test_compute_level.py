@@ -8,7 +8,7 @@ import pytest
 
 import simpar.calibrate as calibrate
 from simpar.calibrate.bench import BURST_UNIT
-from simpar.calibrate.compute_bench import TIMED_PER_VISIT, compute_worker
+from simpar.calibrate.compute_bench import TIMED_PER_VISIT, compute_worker, level_slowdowns, ranks_slowdown
 from simpar.real.launch import launch
 from tests.test_validate_retime import _pass, _profile
 
@@ -22,26 +22,26 @@ def _rows(scale: float = 1.0) -> list[dict]:
 
 
 def test_the_slowdown_is_the_ranks_burst_over_the_rows_own_time_of_its_unit():
-    assert calibrate.ranks_slowdown(1.8e-3, _rows()) == pytest.approx(1.5)
+    assert ranks_slowdown(1.8e-3, _rows()) == pytest.approx(1.5)
     # the rows drawn in a slow state: the same ranks' level, a smaller factor on the slower rows
-    assert calibrate.ranks_slowdown(1.8e-3, _rows(1.2)) == pytest.approx(1.25)
-    assert calibrate.ranks_slowdown(1e-3, _rows()) == 1.0  # faster together than alone: noise, not sharing
+    assert ranks_slowdown(1.8e-3, _rows(1.2)) == pytest.approx(1.25)
+    assert ranks_slowdown(1e-3, _rows()) == 1.0  # faster together than alone: noise, not sharing
 
 
 def test_the_priced_k_rank_compute_follows_the_ranks_level_not_the_rows_pass():
     """Rows of a pass drawn 1.5x slow price every k-rank unit as the fast pass's rows do."""
     together = 1.8e-3
     for fast, slow in zip(_rows(1.0), _rows(1.5)):
-        assert (fast["fwd_s"] + fast["bwd_s"]) * calibrate.ranks_slowdown(together, _rows(1.0)) == pytest.approx(
-            (slow["fwd_s"] + slow["bwd_s"]) * calibrate.ranks_slowdown(together, _rows(1.5)))
+        assert (fast["fwd_s"] + fast["bwd_s"]) * ranks_slowdown(together, _rows(1.0)) == pytest.approx(
+            (slow["fwd_s"] + slow["bwd_s"]) * ranks_slowdown(together, _rows(1.5)))
 
 
 def test_only_worlds_whose_ranks_fit_the_cores_take_the_level():
     """Where ranks outnumber the cores the rounds are time-sliced: those keep the rounds' own ratio."""
     shared = {"2": {"burst_together": 1.8e-3}, "4": {"burst_together": 6e-3}, "8": {}}
-    assert calibrate.level_slowdowns(shared, _rows(), cores=2) == {"2": pytest.approx(1.5)}
-    assert calibrate.level_slowdowns(shared, _rows(), cores=4) == {"2": pytest.approx(1.5), "4": pytest.approx(5.0)}
-    assert calibrate.level_slowdowns(shared, _pass(1.0), cores=4) == {}  # rows without the burst's unit
+    assert level_slowdowns(shared, _rows(), cores=2) == {"2": pytest.approx(1.5)}
+    assert level_slowdowns(shared, _rows(), cores=4) == {"2": pytest.approx(1.5), "4": pytest.approx(5.0)}
+    assert level_slowdowns(shared, _pass(1.0), cores=4) == {}  # rows without the burst's unit
 
 
 def test_retimed_sets_the_slowdown_against_its_own_passes():

@@ -20,7 +20,7 @@ import numpy as np
 
 from simpar.calibrate.bench import (PATTERN_OPS, PHASE_UNITS, SHORT_LOOPS, burst_worker, host_worker,
                                    pattern_worker, phase_cost, phase_worker, ring_worker)
-from simpar.calibrate.compute_bench import compute_worker, level_slowdowns, ranks_slowdown  # noqa: F401
+from simpar.calibrate.compute_bench import compute_worker, level_slowdowns
 from simpar.calibrate.pipeline_bench import late_recv_cost, late_worker, relay_worker
 from simpar.calibrate.cold import COLD_KINDS, TAUS
 from simpar.calibrate.profile import (HardwareProfile, fit_collective_costs, fit_line, fit_unit_costs, machine_id,

@@ -15,6 +15,7 @@ import statistics
 
 from simpar.calibrate.bench import BURST_UNIT
 from simpar.calibrate.cold import GapClock
+from simpar.calibrate.handling import between_ops, concat_timer, time_gather, time_scatter
 from simpar.models import model
 from simpar.scenario import make_scenario
 from simpar.strategies.work import Work
@@ -26,7 +27,6 @@ class _Config:
     """One model and micro-batch: the executor and what its timed steps have recorded so far."""
 
     def __init__(self, ctx, name: str, batch: int, precision: str):
-        from simpar.calibrate.handling import concat_timer
         from simpar.real.executor import RankExecutor
 
         self.name, self.batch, self.spec = name, batch, model(name)
@@ -45,8 +45,6 @@ class _Config:
         self.clock = GapClock()  # each unit's time since the last of its kind (calibrate/cold.py)
 
     def step(self, timed: bool) -> None:
-        from simpar.calibrate.handling import between_ops, time_gather, time_scatter
-
         executor, ops, spec = self.executor, self.ops, self.spec
         before = len(self.concats)
         executor.step(self.steps)

@@ -65,6 +65,9 @@ def judge(profile, strategy: str, gpus: int, precision: str, runs: list[dict]) -
     times = [r["step_time_s"] for r in runs]
     real = runs[times.index(sorted(times)[(len(times) - 1) // 2])]  # the median run (the lower one if even)
     c = comparison(sim, real)
+    speeds = at_profile_speed(profile, runs)
+    if speeds:
+        speeds["speed_error"] = (sim["step_time_s"] - speeds["real_at_profile_speed_s"]) / speeds["real_at_profile_speed_s"]
     bytes_exact = all(c[k]["ranks_equal"] == c[k]["ranks"] for k in ("bytes_sent", "bytes_received", "offload_bytes"))
     memory_exact = all(s["memory"][k] == r["memory"][k] for s, r in zip(sim["ranks"], real["ranks"])
                        for k in ("params", "grads", "optimizer"))
@@ -74,7 +77,22 @@ def judge(profile, strategy: str, gpus: int, precision: str, runs: list[dict]) -
             "real_steps_s": real["ranks"][0]["step_times_s"], "steps": real.get("steps"),
             # where the step's time went, priced and measured (the median run's mean per rank and step), so a
             # miss can be traced to an op class
-            "op_time_s": {kind: [row["sim"], row["real"]] for kind, row in c["op_time_s"].items()}}
+            "op_time_s": {kind: [row["sim"], row["real"]] for kind, row in c["op_time_s"].items()}, **speeds}
+
+
+def at_profile_speed(profile, runs: list[dict]) -> dict:
+    """Each run's step time at the speed the cores ran while ``profile`` was calibrated: its measured step
+    times its host speed over the profile's (host_speed.py), with the error and spread of their median
+    beside the raw ones; {} where a speed is unknown (no spinners, or a profile from before they read it)."""
+    from simpar.real.host_speed import relative
+
+    reference = profile.machine.get("host_speed")
+    ratios = [relative(r.get("host_speed"), reference) for r in runs]
+    if not runs or not all(ratios):
+        return {}
+    times = [r["step_time_s"] * ratio for r, ratio in zip(runs, ratios)]
+    middle = statistics.median(times)
+    return {"host_speeds": ratios, "real_at_profile_speed_s": middle, "speed_spread": (max(times) - min(times)) / middle}
 
 
 def run_cases(profile, pairs: list[tuple[str, int]], precision: str, steps: int, timeout: float,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import statistics
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -28,7 +29,7 @@ from simpar.calibrate.profile import (HardwareProfile, fit_collective_costs, fit
 from simpar.calibrate.series import (SERIES, SERIES_SECONDS, series_first, series_late, series_level, series_positions,
                                     series_wake, series_worker)
 from simpar.calibrate.tp_bench import fit_tp_pieces, tp_piece_worker
-from simpar.real import awake
+from simpar.real import awake, host_speed
 from simpar.real.launch import launch
 
 # tiny-deep's layer is tiny's with 8 heads of 8 instead of 4 of 16: the same FLOPs, twice the attention
@@ -118,6 +119,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
               timeout: float = 600.0, progress=None) -> HardwareProfile:
     """Run the micro-benchmarks and fit; ``progress(message)`` is told each stage."""
     say = progress or (lambda message: None)
+    started = time.time()
     say("compute and optimizer, one rank")
     # compute is timed again after each world size below and the times averaged: this machine's speed
     # drifts by tens of percent over minutes (a snapshot once at the start came out 2x fast in one
@@ -244,6 +246,9 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
         pieces = launch(tp_piece_worker, 1, (MODELS, BATCHES, repeats), timeout=timeout)[0]
         profile.tp_piece = {precision: fit_tp_pieces(pieces, profile, precision)}
         profile.samples["tp_pieces"] = pieces
+    # how fast the cores ran while it was measured (the spinners' loop: host_speed.py), so a run read at
+    # another speed can be set against it
+    profile.machine["host_speed"] = host_speed.reading(started, time.time())
     return profile
 
 

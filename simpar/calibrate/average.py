@@ -110,4 +110,8 @@ def average_profiles(profiles: list[HardwareProfile], paths: list[str], common: 
     if worlds:  # the back-to-back ring step, kept for the table calibrate prints beside the step's pattern
         samples["shared"] = {w: {"back_to_back": _merge("ring", [s[w]["back_to_back"] for s in shared], w)}
                              for w in worlds}
-    return replace(profiles[0], samples=samples, **fields)
+    # the speed the averaged times were taken at: a time goes as one over the speed, so the speed of a mean
+    # of times is the harmonic mean of the speeds (host_speed.py; unknown if any profile lacks it)
+    speeds = [p.machine.get("host_speed") for p in profiles]
+    speed = len(speeds) / sum(1.0 / s for s in speeds) if all(speeds) else None
+    return replace(profiles[0], samples=samples, machine={**profiles[0].machine, "host_speed": speed}, **fields)

@@ -1,0 +1,75 @@
+"""The host's speed read off the spinners (simpar/real/host_speed.py): the traces, the reading over a
+stretch, what a run and a calibration record, and validate's step times at the profile's speed."""
+
+import os
+import time
+
+import pytest
+
+from simpar.calibrate.average import average_profiles
+from simpar.real import awake, host_speed
+from simpar.real.host_speed import Trace, reading, relative
+from simpar.validate import at_profile_speed
+
+from test_calibrate_average import _profile
+
+
+def test_a_trace_parses_its_lines_and_drops_one_cut_short_by_the_kill():
+    trace = Trace.parse(1, "10.0 0.5 1000\n10.1 0.55 3000\n10.2 0.6")
+    assert trace.core == 1 and trace.samples == [(10.0, 0.5, 1000), (10.1, 0.55, 3000)]
+
+
+def test_a_reading_counts_only_the_intervals_inside_the_stretch_per_core_then_averages_the_cores():
+    # core 0: 5000 iterations per 0.05 CPU s (100 k/s) inside [1, 3]; an interval crossing t1 is left out
+    core0 = Trace(0, [(1.0, 0.00, 0), (2.0, 0.05, 5000), (3.0, 0.10, 10000), (4.0, 0.15, 99000)])
+    # core 1 runs twice as fast, in two traces (two launches) that are summed
+    core1a = Trace(1, [(1.0, 0.0, 0), (1.5, 0.05, 10000)])
+    core1b = Trace(1, [(2.0, 5.0, 10), (2.5, 5.05, 10010)])
+    assert core0.within(1.0, 3.0) == (10000, pytest.approx(0.10))
+    assert reading(1.0, 3.0, [core0, core1a, core1b]) == pytest.approx((100e3 + 200e3) / 2)
+    # a core whose spinner hardly ran is not read; nothing read at all is None
+    assert reading(1.0, 3.0, [core0, Trace(1, [(1.0, 0.0, 0), (2.0, 0.001, 5)])]) == pytest.approx(100e3)
+    assert reading(10.0, 20.0, [core0]) is None and reading(1.0, 3.0, []) is None
+
+
+def test_relative_is_unknown_where_either_speed_is():
+    assert relative(3.0, 2.0) == 1.5
+    assert relative(None, 2.0) is None and relative(3.0, None) is None
+
+
+def test_the_spinners_record_how_fast_their_cores_ran(monkeypatch):
+    monkeypatch.delenv(awake.ENV, raising=False)
+    monkeypatch.setattr(host_speed, "_TRACES", [])
+    with awake.cores_kept_awake():
+        t0 = time.time()
+        time.sleep(0.6)  # this process idles: the spinners get the cores
+        t1 = time.time()
+    cores = sorted(os.sched_getaffinity(0))
+    assert sorted(t.core for t in host_speed._TRACES) == cores
+    speed = reading(t0, t1)
+    assert speed is not None and speed > 1e5  # a Python loop: millions of iterations a second
+    assert reading(t1 + 10, t1 + 20) is None  # no spinner ran then
+
+
+def test_an_averaged_profile_is_at_the_harmonic_mean_of_the_speeds():
+    fast, slow = _profile(1.0), _profile(3.0)
+    fast.machine["host_speed"], slow.machine["host_speed"] = 3.0, 1.0
+    # mean of the times: (1/3 + 1) / 2 = 2/3 of a unit of work at speed 1, so the speed 1.5
+    assert average_profiles([fast, slow], ["a", "b"]).machine["host_speed"] == pytest.approx(1.5)
+    slow.machine.pop("host_speed")
+    assert average_profiles([fast, slow], ["a", "b"]).machine["host_speed"] is None
+
+
+def test_validate_sets_each_run_at_the_profiles_speed():
+    profile = _profile(1.0)
+    profile.machine["host_speed"] = 2.0
+    runs = [{"step_time_s": 0.030, "host_speed": 1.0},  # ran at half the profile's speed: 15 ms at its speed
+            {"step_time_s": 0.020, "host_speed": 2.0},
+            {"step_time_s": 0.010, "host_speed": 4.0}]
+    out = at_profile_speed(profile, runs)
+    assert out["host_speeds"] == [0.5, 1.0, 2.0]
+    assert out["real_at_profile_speed_s"] == pytest.approx(0.020)
+    assert out["speed_spread"] == pytest.approx((0.020 - 0.015) / 0.020)
+    assert at_profile_speed(profile, runs[:2] + [{"step_time_s": 0.01}]) == {}
+    profile.machine.pop("host_speed")
+    assert at_profile_speed(profile, runs) == {}

@@ -183,9 +183,14 @@ class Recalibrations:
 
 def summary(cases: list[dict]) -> dict:
     errors = [abs(c["error"]) for c in cases]
-    return {"cases": len(cases), "median_abs_error": statistics.median(errors), "max_abs_error": max(errors),
-            "median_spread": statistics.median(c.get("spread", 0.0) for c in cases),
-            "bytes_exact": all(c["bytes_exact"] for c in cases), "memory_exact": all(c["memory_exact"] for c in cases)}
+    out = {"cases": len(cases), "median_abs_error": statistics.median(errors), "max_abs_error": max(errors),
+           "median_spread": statistics.median(c.get("spread", 0.0) for c in cases),
+           "bytes_exact": all(c["bytes_exact"] for c in cases), "memory_exact": all(c["memory_exact"] for c in cases)}
+    if all("speed_error" in c for c in cases):  # every run's host speed read (at_profile_speed)
+        at_speed = [abs(c["speed_error"]) for c in cases]
+        out.update(median_abs_speed_error=statistics.median(at_speed), max_abs_speed_error=max(at_speed),
+                   median_speed_spread=statistics.median(c["speed_spread"] for c in cases))
+    return out
 
 
 def write_report(path: Path, profile_path: str, cases: list[dict], result: dict, retimed: bool = False,
@@ -194,7 +199,8 @@ def write_report(path: Path, profile_path: str, cases: list[dict], result: dict,
     csv_path, plot_path = path.with_suffix(".csv"), path.with_suffix(".png")
     with open(csv_path, "w", newline="") as handle:
         writer = csv.DictWriter(handle, ["strategy", "gpus", "sim_step_s", "real_step_s", "error", "spread", "steps",
-                                         "bytes_exact", "memory_exact"], extrasaction="ignore")
+                                         "bytes_exact", "memory_exact", "real_at_profile_speed_s", "speed_error",
+                                         "speed_spread"], extrasaction="ignore")
         writer.writeheader()
         writer.writerows(cases)
     _plot(plot_path, cases)
@@ -209,14 +215,26 @@ def write_report(path: Path, profile_path: str, cases: list[dict], result: dict,
              f"median |error| {100 * result['median_abs_error']:.1f} %, max |error| "
              f"{100 * result['max_abs_error']:.1f} %, bytes exact: {result['bytes_exact']}, "
              f"model-state memory exact: {result['memory_exact']}; median run-to-run spread of the measured "
-             f"step time {100 * result['median_spread']:.1f} % (runs per case: {len(cases[0]['real_runs_s'])})", "",
-             "| strategy | ranks | simulated | measured | error | spread | steps a run | bytes exact | memory exact |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | :---: | :---: |"]
+             f"step time {100 * result['median_spread']:.1f} % (runs per case: {len(cases[0]['real_runs_s'])})", ""]
+    at_speed = "median_abs_speed_error" in result
+    if at_speed:
+        lines += [f"At the profile's speed (each run's step time times how fast the cores ran then over how fast "
+                  f"they ran while the profile was calibrated, read off the spinners' loop: host_speed.py): median "
+                  f"|error| {100 * result['median_abs_speed_error']:.1f} %, max "
+                  f"{100 * result['max_abs_speed_error']:.1f} %, median spread "
+                  f"{100 * result['median_speed_spread']:.1f} %", ""]
+    extra = " at profile's speed | error | spread | host speed of the runs |" if at_speed else ""
+    lines += ["| strategy | ranks | simulated | measured | error | spread | steps a run | bytes exact | memory exact |"
+              + extra, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | :---: | :---: |"
+              + (" ---: | ---: | ---: | ---: |" if at_speed else "")]
     for c in cases:
+        cells = (f" {1e3 * c['real_at_profile_speed_s']:.1f} ms | {100 * c['speed_error']:+.1f} % | "
+                 f"{100 * c['speed_spread']:.0f} % | {', '.join(f'{s:.2f}' for s in c['host_speeds'])} |"
+                 if at_speed else "")
         lines.append(f"| {c['strategy']} | {c['gpus']} | {1e3 * c['sim_step_s']:.1f} ms | "
                      f"{1e3 * c['real_step_s']:.1f} ms | {100 * c['error']:+.1f} % | {100 * c['spread']:.0f} % | "
                      f"{c.get('steps') or ''} | "
-                     f"{'yes' if c['bytes_exact'] else 'NO'} | {'yes' if c['memory_exact'] else 'NO'} |")
+                     f"{'yes' if c['bytes_exact'] else 'NO'} | {'yes' if c['memory_exact'] else 'NO'} |" + cells)
     lines += _op_class_table(cases)
     lines += ["", f"![simulated against measured step time]({plot_path.name})", ""]
     path.write_text("\n".join(lines))

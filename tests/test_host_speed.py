@@ -73,3 +73,23 @@ def test_validate_sets_each_run_at_the_profiles_speed():
     assert at_profile_speed(profile, runs[:2] + [{"step_time_s": 0.01}]) == {}
     profile.machine.pop("host_speed")
     assert at_profile_speed(profile, runs) == {}
+
+
+def test_the_summary_and_report_give_the_error_at_the_profiles_speed_only_where_every_case_has_it(tmp_path):
+    import simpar.validate as validate
+
+    case = {"strategy": "ddp", "gpus": 2, "sim_step_s": 0.030, "real_step_s": 0.036, "error": -1 / 6, "spread": 0.3,
+            "bytes_exact": True, "memory_exact": True, "real_runs_s": [0.030, 0.036, 0.040]}
+    at_speed = {**case, "strategy": "tp", "host_speeds": [0.8, 0.85, 0.9], "real_at_profile_speed_s": 0.031,
+                "speed_error": -1 / 31, "speed_spread": 0.1}
+    result = validate.summary([at_speed])
+    assert result["median_abs_speed_error"] == pytest.approx(1 / 31) and result["median_speed_spread"] == 0.1
+    assert "median_abs_speed_error" not in validate.summary([case, at_speed])  # a case without runs' speeds
+    report = tmp_path / "v.md"
+    validate.write_report(report, "hw.json", [at_speed], result)
+    text = report.read_text()
+    assert "At the profile's speed" in text and "median |error| 3.2 %" in text
+    assert "| tp | 2 | 30.0 ms | 36.0 ms | -16.7 % | 30 % |" in text and "| 31.0 ms | -3.2 % | 10 % | 0.80, 0.85, 0.90 |" in text
+    assert "speed_error" in (tmp_path / "v.csv").read_text()
+    validate.write_report(report, "hw.json", [case], validate.summary([case]))
+    assert "profile's speed" not in report.read_text()

@@ -18,6 +18,7 @@ from simpar.errors import SimparError
 from simpar.plan import OP_CLASSES
 from simpar.real.compare import MEMORY_ROWS, comparison, run_real
 from simpar.real.cpu_profile import NOTE, cpu_topology
+from simpar.real.host_speed import relative
 from simpar.scenario import Scenario
 from simpar.sim import simulate
 
@@ -65,7 +66,8 @@ def run_and_compare(args, scenario: Scenario, notes: list[str] = ()) -> int:
 
 def machine_topology(args, scenario: Scenario):
     """The machine the ranks run on: --hardware, else this machine's calibrated profile, else the
-    built-in rough one; with a line saying which."""
+    built-in rough one; with a line saying which, and how fast the cores ran while the profile was
+    calibrated (host_speed.py; None if unknown)."""
     world, precision = scenario.cluster.gpus, scenario.train.precision
     path = args.hardware
     if path is None and default_path(precision).exists():
@@ -74,16 +76,17 @@ def machine_topology(args, scenario: Scenario):
         raise SimparError("--hardware: a GPU profile prices simulated GPU clusters; --compare-real runs these "
                           "ranks on this machine's CPU and needs a CPU profile (simpar calibrate) or none")
     if path is None:
-        return cpu_topology(world), NOTE + " (run 'simpar calibrate' to measure this machine)"
+        return cpu_topology(world), NOTE + " (run 'simpar calibrate' to measure this machine)", None
     profile = HardwareProfile.load(path)
     mismatch = profile.awake_mismatch()  # (a GPU profile was refused above)
     return profile.topology(world, precision), f"the simulator priced this run with the hardware profile " \
-        f"{path} (simpar calibrate: micro-benchmarks of this machine)" + (f"; warning: {mismatch}" if mismatch else "")
+        f"{path} (simpar calibrate: micro-benchmarks of this machine)" + (f"; warning: {mismatch}" if mismatch else ""), \
+        profile.machine.get("host_speed")
 
 
 def report(args, scenario: Scenario, real: dict, backend: str, notes: list[str], beside: dict | None = None) -> int:
     """Simulate the scenario on this machine's profile and print (or write) it beside ``real``."""
-    topology, note = machine_topology(args, scenario)
+    topology, note, calibrated_speed = machine_topology(args, scenario)
     simulated = simulate(scenario, topology=topology, replay=not args.no_replay, serial=True,
                          record_links=bool(args.trace))
     sim = simulated.to_json(timeline=args.memory_timeline, ops=args.op_timeline)
@@ -91,6 +94,12 @@ def report(args, scenario: Scenario, real: dict, backend: str, notes: list[str],
     real = {**real, **utilisation(scenario, real["step_time_s"], topology)}
     result = {"scenario": scenario_json(scenario), "inputs": notes, "profile": note, "sim": sim, "real": real,
               "comparison": comparison(sim, real)}
+    speed = relative(real.get("host_speed"), calibrated_speed)
+    if speed:  # the measured step at the speed the cores ran while the profile was measured
+        at = real["step_time_s"] * speed
+        result["comparison"]["step_time_at_profile_speed_s"] = {"sim": sim["step_time_s"], "real": at,
+                                                                 "host_speed": speed,
+                                                                 "error": (sim["step_time_s"] - at) / at}
     if beside is not None:
         result["deepspeed"] = beside
     wrote = write_figures(args, scenario, {**result, "sim": simulated.to_json(timeline=True, ops=True, links=True)})
@@ -135,6 +144,10 @@ def print_comparison(scenario: Scenario, result: dict, backend: str) -> None:
     print(f"note: {result['profile']}\n")
     print(f"  {'':<22}{'simulated':>12}{'measured':>12}{'error':>10}")
     print(_line("step time", c["step_time_s"], units.human_time))
+    at = c.get("step_time_at_profile_speed_s")
+    if at:
+        print(_line("  at profile's speed", at, units.human_time,
+                    f"the cores ran {at['host_speed']:.2f}x as fast as while calibrated"))
     print("time per op class (mean per rank and step, the first step left out; ops priced and run one at a time, "
           "in Plan order):")
     for kind in OP_CLASSES:

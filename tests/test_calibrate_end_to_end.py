@@ -25,6 +25,7 @@ def test_calibrate_then_validate_end_to_end(tmp_path, cli):
     together = data["samples"]["shared"]["2"]["burst_together"]
     assert data["slowdown"]["2"] == pytest.approx(ranks_slowdown(together, data["samples"]["compute"]))
     assert all(row["timed_steps"] >= 2 for row in data["samples"]["compute"])
+    assert data["machine"]["host_speed"] > 1e5  # the spinners' loop while it ran: iterations per CPU second
     assert set(data["send_issue"]) == {"2"} and data["send_issue"]["2"] > 0  # an isend takes some time
     assert set(data["late_recv"]) == {"2"} and data["late_recv"]["2"] >= 0
     assert set(data["samples"]["shared"]["2"]["late"]) == {"4096", "65536"}  # a late receive by message size
@@ -91,7 +92,11 @@ def test_calibrate_then_validate_end_to_end(tmp_path, cli):
         assert case["spread"] == pytest.approx((max(runs) - min(runs)) / min(runs))
         priced, measured = case["op_time_s"]["forward"]  # where the step went, priced and measured
         assert priced > 0 < measured and case["op_time_s"]["collectives"][1] > 0
-    assert "| zero3 | 2 |" in report.read_text()
+        # each run read at the window's speed (host_speed.py): the median of the runs set at it
+        at_speed = sorted(t * s for t, s in zip(runs, case["host_speeds"]))
+        assert case["real_at_window_speed_s"] == pytest.approx(at_speed[0])
+    assert out["summary"]["median_abs_speed_error"] >= 0
+    assert "| zero3 | 2 |" in report.read_text() and "At the window's speed" in report.read_text()
     after = report.with_suffix(".after.json")  # calibrated again once the runs were done, and averaged
     assert out["calibrated_after"] == [str(after)] and set(json.loads(after.read_text())["ring"]) == {"2"}
     assert report.with_suffix(".csv").exists() and report.with_suffix(".png").stat().st_size > 0

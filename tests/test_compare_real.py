@@ -26,6 +26,7 @@ def test_compare_real_json_puts_the_measured_run_beside_the_simulated_one(cli):
     simulated_ops = [(o["op"], o["class"]) for o in sim["op_timeline"][0]["ops"]]
     assert [[(o["op"], o["class"]) for o in t["ops"]] for t in real["op_timeline"]] == [simulated_ops] * 2
     assert len(real["ranks"]) == 2 and real["step_time_s"] > 0
+    assert real["host_speed"] > 1e5  # how fast the cores ran over the timed steps (the spinners' loop)
     for key in ("bytes_sent", "bytes_received"):
         assert comparison[key]["ranks_equal"] == 2 and comparison[key]["error"] == 0
     for category in ("params", "grads", "optimizer"):

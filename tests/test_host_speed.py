@@ -1,5 +1,5 @@
 """The host's speed read off the spinners (simpar/real/host_speed.py): the traces, the reading over a
-stretch, what a run and a calibration record, and validate's step times at the profile's speed."""
+stretch, what a run and a calibration record, and validate's step times at the window's speed."""
 
 import os
 import time
@@ -9,7 +9,7 @@ import pytest
 from simpar.calibrate.average import average_profiles
 from simpar.real import awake, host_speed
 from simpar.real.host_speed import Trace, reading, relative
-from simpar.validate import at_profile_speed
+from simpar.validate import at_window_speed, window_speed
 
 from test_calibrate_average import _profile
 
@@ -19,14 +19,16 @@ def test_a_trace_parses_its_lines_and_drops_one_cut_short_by_the_kill():
     assert trace.core == 1 and trace.samples == [(10.0, 0.5, 1000), (10.1, 0.55, 3000)]
 
 
-def test_a_reading_counts_only_the_intervals_inside_the_stretch_per_core_then_averages_the_cores():
-    # core 0: 5000 iterations per 0.05 CPU s (100 k/s) inside [1, 3]; an interval crossing t1 is left out
-    core0 = Trace(0, [(1.0, 0.00, 0), (2.0, 0.05, 5000), (3.0, 0.10, 10000), (4.0, 0.15, 99000)])
+def test_a_reading_counts_the_intervals_overlapping_the_stretch_per_core_then_averages_the_cores():
+    # core 0: 5000 iterations per 0.05 CPU s (100 k/s) over [1, 3]; the intervals after it are left out
+    core0 = Trace(0, [(1.0, 0.00, 0), (2.0, 0.05, 5000), (3.0, 0.10, 10000), (4.0, 0.15, 99000), (5.0, 0.2, 0)])
     # core 1 runs twice as fast, in two traces (two launches) that are summed
     core1a = Trace(1, [(1.0, 0.0, 0), (1.5, 0.05, 10000)])
     core1b = Trace(1, [(2.0, 5.0, 10), (2.5, 5.05, 10010)])
     assert core0.within(1.0, 3.0) == (10000, pytest.approx(0.10))
     assert reading(1.0, 3.0, [core0, core1a, core1b]) == pytest.approx((100e3 + 200e3) / 2)
+    # a stretch shorter than the samples' interval is read over the interval around it
+    assert core0.within(1.2, 1.3) == (5000, pytest.approx(0.05))
     # a core whose spinner hardly ran is not read; nothing read at all is None
     assert reading(1.0, 3.0, [core0, Trace(1, [(1.0, 0.0, 0), (2.0, 0.001, 5)])]) == pytest.approx(100e3)
     assert reading(10.0, 20.0, [core0]) is None and reading(1.0, 3.0, []) is None
@@ -60,19 +62,28 @@ def test_an_averaged_profile_is_at_the_harmonic_mean_of_the_speeds():
     assert average_profiles([fast, slow], ["a", "b"]).machine["host_speed"] is None
 
 
-def test_validate_sets_each_run_at_the_profiles_speed():
-    profile = _profile(1.0)
-    profile.machine["host_speed"] = 2.0
-    runs = [{"step_time_s": 0.030, "host_speed": 1.0},  # ran at half the profile's speed: 15 ms at its speed
+def test_validate_sets_each_run_at_the_windows_speed():
+    runs = [{"step_time_s": 0.030, "host_speed": 1.0},  # ran at half the window's speed: 15 ms at its speed
             {"step_time_s": 0.020, "host_speed": 2.0},
             {"step_time_s": 0.010, "host_speed": 4.0}]
-    out = at_profile_speed(profile, runs)
+    assert window_speed(runs) == pytest.approx(3 / (1 + 0.5 + 0.25))  # the speed of their mean step
+    out = at_window_speed(runs, 2.0)
     assert out["host_speeds"] == [0.5, 1.0, 2.0]
-    assert out["real_at_profile_speed_s"] == pytest.approx(0.020)
+    assert out["real_at_window_speed_s"] == pytest.approx(0.020)
     assert out["speed_spread"] == pytest.approx((0.020 - 0.015) / 0.020)
-    assert at_profile_speed(profile, runs[:2] + [{"step_time_s": 0.01}]) == {}
-    profile.machine.pop("host_speed")
-    assert at_profile_speed(profile, runs) == {}
+    unread = runs[:2] + [{"step_time_s": 0.01}]
+    assert window_speed(unread) is None and at_window_speed(unread, 2.0) == {} and at_window_speed(runs, None) == {}
+
+
+def test_validate_prices_every_case_against_the_runs_at_the_speed_of_them_all(monkeypatch):
+    import simpar.validate as validate
+
+    speeds = iter([1.0, 3.0, 1.0, 3.0])  # ddp's runs, then tp's, in rounds
+    monkeypatch.setattr(validate, "measure", lambda *case: {"step_time_s": 0.02, "host_speed": next(speeds)})
+    seen = []
+    monkeypatch.setattr(validate, "judge", lambda profile, *case: seen.append(case[-1]) or case[:2])
+    validate.run_cases(_profile(1.0), [("ddp", 2), ("tp", 2)], "fp32", 3, 60.0, repeats=2)
+    assert seen == [pytest.approx(1.5)] * 2  # 4 / (1 + 1/3 + 1 + 1/3)
 
 
 def test_the_summary_and_report_give_the_error_at_the_profiles_speed_only_where_every_case_has_it(tmp_path):
@@ -80,7 +91,7 @@ def test_the_summary_and_report_give_the_error_at_the_profiles_speed_only_where_
 
     case = {"strategy": "ddp", "gpus": 2, "sim_step_s": 0.030, "real_step_s": 0.036, "error": -1 / 6, "spread": 0.3,
             "bytes_exact": True, "memory_exact": True, "real_runs_s": [0.030, 0.036, 0.040]}
-    at_speed = {**case, "strategy": "tp", "host_speeds": [0.8, 0.85, 0.9], "real_at_profile_speed_s": 0.031,
+    at_speed = {**case, "strategy": "tp", "host_speeds": [0.8, 0.85, 0.9], "real_at_window_speed_s": 0.031,
                 "speed_error": -1 / 31, "speed_spread": 0.1}
     result = validate.summary([at_speed])
     assert result["median_abs_speed_error"] == pytest.approx(1 / 31) and result["median_speed_spread"] == 0.1
@@ -88,8 +99,24 @@ def test_the_summary_and_report_give_the_error_at_the_profiles_speed_only_where_
     report = tmp_path / "v.md"
     validate.write_report(report, "hw.json", [at_speed], result)
     text = report.read_text()
-    assert "At the profile's speed" in text and "median |error| 3.2 %" in text
+    assert "At the window's speed" in text and "median |error| 3.2 %" in text
     assert "| tp | 2 | 30.0 ms | 36.0 ms | -16.7 % | 30 % |" in text and "| 31.0 ms | -3.2 % | 10 % | 0.80, 0.85, 0.90 |" in text
     assert "speed_error" in (tmp_path / "v.csv").read_text()
     validate.write_report(report, "hw.json", [case], validate.summary([case]))
-    assert "profile's speed" not in report.read_text()
+    assert "window's speed" not in report.read_text()
+
+
+def test_the_speed_reading_benchmark_measures_what_the_reading_accounts_for():
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("speed_reading", Path(__file__).parents[1] / "benchmarks" /
+                                                  "speed_reading.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    speeds = [1.0, 1.25, 0.8, 2.0]
+    exact = bench.per_case([0.02 / s for s in speeds], speeds)  # every step goes as the speed
+    assert exact["corr"] == pytest.approx(1.0) and exact["slope"] == pytest.approx(1.0)
+    assert exact["spread_at_speed"] == pytest.approx(0.0, abs=1e-12) and exact["spread_raw"] > 0.3
+    unrelated = bench.per_case([0.02, 0.03, 0.02, 0.03], [1.0, 1.0, 2.0, 2.0])
+    assert unrelated["corr"] == pytest.approx(0.0, abs=1e-12) and unrelated["spread_at_speed"] > unrelated["spread_raw"]

@@ -144,14 +144,14 @@ def run(args) -> int:
               f"measured {units.human_time(c['real_step_s']):>10}  {100 * c['error']:+6.1f} %  "
               f"spread {100 * c['spread']:3.0f} %  "
               f"bytes {'exact' if c['bytes_exact'] else 'DIFFER'}"
-              + (f"  | at the profile's speed {100 * c['speed_error']:+6.1f} %  spread {100 * c['speed_spread']:3.0f} %"
+              + (f"  | at the window's speed {100 * c['speed_error']:+6.1f} %  spread {100 * c['speed_spread']:3.0f} %"
                  if "speed_error" in c else ""))
     print(f"median |error| {100 * result['median_abs_error']:.1f} %, max {100 * result['max_abs_error']:.1f} %, "
           f"median run-to-run spread {100 * result['median_spread']:.1f} %, "
           f"bytes exact: {result['bytes_exact']}; report: {', '.join(str(f) for f in files)}")
     if "median_abs_speed_error" in result:
-        print(f"at the profile's speed (each run set at how fast the cores ran while the profile was calibrated, "
-              f"read off the spinners): median |error| {100 * result['median_abs_speed_error']:.1f} %, max "
+        print(f"at the window's speed (each run set at how fast the cores ran over all the runs, read off the "
+              f"spinners): median |error| {100 * result['median_abs_speed_error']:.1f} %, max "
               f"{100 * result['max_abs_speed_error']:.1f} %, median spread {100 * result['median_speed_spread']:.1f} %")
     if after_paths and before_too:
         print(f"priced with the average of {profile_path} and the calibrations among the runs, "

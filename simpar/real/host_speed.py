@@ -20,9 +20,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-# a core's reading needs this much of its spinner's CPU time within the stretch: less is a few
-# interrupted loops, not a rate
-MIN_CPU_S = 0.02
+# a core's reading needs this much of its spinner's CPU time within the stretch (some 150,000
+# iterations here): less is a few interrupted loops, not a rate
+MIN_CPU_S = 0.005
 KEEP_S = 6 * 3600.0  # traces older than this are dropped: a validate's window is an hour or two
 
 
@@ -43,10 +43,11 @@ class Trace:
         return cls(core, samples)
 
     def within(self, t0: float, t1: float) -> tuple[int, float]:
-        """(iterations, CPU seconds) between consecutive samples that both lie within [t0, t1]."""
+        """(iterations, CPU seconds) over the intervals between consecutive samples that overlap [t0, t1]
+        (a stretch shorter than the 50 ms between samples is read over the interval around it)."""
         iterations, cpu = 0, 0.0
         for (w0, c0, n0), (w1, c1, n1) in zip(self.samples, self.samples[1:]):
-            if w0 >= t0 and w1 <= t1:
+            if w1 > t0 and w0 < t1:
                 iterations, cpu = iterations + n1 - n0, cpu + c1 - c0
         return iterations, cpu
 

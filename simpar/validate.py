@@ -69,7 +69,8 @@ def judge(profile, strategy: str, gpus: int, precision: str, runs: list[dict], s
     c = comparison(sim, real)
     speeds = at_window_speed(runs, speed)
     if speeds:
-        speeds["speed_error"] = (sim["step_time_s"] - speeds["real_at_window_speed_s"]) / speeds["real_at_window_speed_s"]
+        at_speed = speeds["real_at_window_speed_s"]
+        speeds["speed_error"] = (sim["step_time_s"] - at_speed) / at_speed
     bytes_exact = all(c[k]["ranks_equal"] == c[k]["ranks"] for k in ("bytes_sent", "bytes_received", "offload_bytes"))
     memory_exact = all(s["memory"][k] == r["memory"][k] for s, r in zip(sim["ranks"], real["ranks"])
                        for k in ("params", "grads", "optimizer"))

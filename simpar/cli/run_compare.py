@@ -79,9 +79,9 @@ def machine_topology(args, scenario: Scenario):
         return cpu_topology(world), NOTE + " (run 'simpar calibrate' to measure this machine)", None
     profile = HardwareProfile.load(path)
     mismatch = profile.awake_mismatch()  # (a GPU profile was refused above)
-    return profile.topology(world, precision), f"the simulator priced this run with the hardware profile " \
-        f"{path} (simpar calibrate: micro-benchmarks of this machine)" + (f"; warning: {mismatch}" if mismatch else ""), \
-        profile.machine.get("host_speed")
+    note = f"the simulator priced this run with the hardware profile {path} (simpar calibrate: micro-benchmarks " \
+        f"of this machine)" + (f"; warning: {mismatch}" if mismatch else "")
+    return profile.topology(world, precision), note, profile.machine.get("host_speed")
 
 
 def report(args, scenario: Scenario, real: dict, backend: str, notes: list[str], beside: dict | None = None) -> int:
@@ -161,5 +161,6 @@ def print_comparison(scenario: Scenario, result: dict, backend: str) -> None:
     for note in result["real"]["notes"] + result["sim"]["notes"]:
         print(f"note: {note}")
     if result.get("host_speed"):
-        print(f"note: the cores ran {result['host_speed']['relative']:.2f}x as fast over the timed steps as while the profile was "
-              f"calibrated (the spinners' loop, host_speed.py); this VM's speed moves by up to 2-3x within seconds")
+        print(f"note: the cores ran {result['host_speed']['relative']:.2f}x as fast over the timed steps as while "
+              f"the profile was calibrated (the spinners' loop, host_speed.py); this VM's speed moves by up to 2-3x "
+              f"within seconds")

@@ -37,7 +37,7 @@ ENV = "SIMPAR_KEEP_AWAKE"
 # the spinner: die with the parent (prctl PR_SET_PDEATHSIG = 1, SIGKILL = 9), pin to one core, idle
 # priority, spin; where idle priority cannot be set the spinner exits with the error: it is an aid to
 # the ranks, not a need, and must never compete with them at normal priority. It spins in blocks of
-# LOOP iterations (about a millisecond) and after each, every 50 ms of wall time, writes a line
+# ``loop`` iterations (about a millisecond) and after each, every 50 ms of wall time, writes a line
 # "wall-clock, its CPU seconds, iterations so far" to its trace (host_speed.Trace)
 _SPINNER = """
 import ctypes, ctypes.util, os, sys, time

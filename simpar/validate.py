@@ -57,6 +57,11 @@ def run_steps(profile, strategy: str, gpus: int, precision: str, steps: int, sec
     return min(max(steps, 1 + math.ceil(seconds / predicted)), MAX_STEPS)
 
 
+def lower_median(values: list[float]) -> float:
+    """The median of ``values``, the lower of the two middle ones if their number is even: one of them."""
+    return sorted(values)[(len(values) - 1) // 2]
+
+
 def judge(profile, strategy: str, gpus: int, precision: str, runs: list[dict], speed: float | None = None) -> dict:
     """One case: ``profile`` (a HardwareProfile) prices it; ``runs`` are its real runs, the median compared, and
     with the window's ``speed`` also the median of the runs set at it (``at_window_speed``)."""
@@ -65,7 +70,7 @@ def judge(profile, strategy: str, gpus: int, precision: str, runs: list[dict], s
     scenario = case_scenario(strategy, gpus, precision)
     sim = simulate(scenario, topology=profile.topology(gpus, precision), serial=True).to_json()
     times = [r["step_time_s"] for r in runs]
-    real = runs[times.index(sorted(times)[(len(times) - 1) // 2])]  # the median run (the lower one if even)
+    real = runs[times.index(lower_median(times))]  # the median run
     c = comparison(sim, real)
     speeds = at_window_speed(runs, speed)
     if speeds:
@@ -100,7 +105,7 @@ def at_window_speed(runs: list[dict], speed: float | None) -> dict:
     if not runs or not all(ratios):
         return {}
     times = [r["step_time_s"] * ratio for r, ratio in zip(runs, ratios)]
-    middle = sorted(times)[(len(times) - 1) // 2]  # the median, the lower one if even (as ``judge``'s)
+    middle = lower_median(times)
     return {"host_speeds": ratios, "real_at_window_speed_s": middle, "speed_spread": (max(times) - min(times)) / middle}
 
 

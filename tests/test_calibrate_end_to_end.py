@@ -57,7 +57,9 @@ def test_calibrate_then_validate_end_to_end(tmp_path, cli):
     for (compute, call), (short, paid) in zip(timed, data["wake_short"]["2"]):
         assert short == compute and call > 0 and paid == pytest.approx(call - priced)
     # the executor's tensor-parallel pieces, timed on one rank: a piece's own cost beyond its share of the layer
-    assert set(data["tp_piece"]["fp32"]) == {"fwd", "bwd"} and min(data["tp_piece"]["fp32"].values()) >= 0
+    # ... and the vocabulary-parallel embedding's and head's, each whole
+    assert set(data["tp_piece"]["fp32"]) == {"fwd", "bwd", "embedding_fwd", "head_fwd", "head_bwd", "embedding_bwd"}
+    assert min(data["tp_piece"]["fp32"].values()) >= 0
     assert len(data["samples"]["tp_pieces"]) == len(data["samples"]["compute"]) // 3  # a row a model and batch
     assert min(data["sharded_work"]["fp32"]["gather"]) >= 0 < sum(data["sharded_work"]["fp32"]["gather"])
     assert min(data["sharded_work"]["fp32"]["scatter"]) >= 0 < sum(data["sharded_work"]["fp32"]["scatter"])

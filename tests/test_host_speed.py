@@ -78,30 +78,35 @@ def test_validate_sets_each_run_at_the_windows_speed():
 def test_validate_prices_every_case_against_the_runs_at_the_speed_of_them_all(monkeypatch):
     import simpar.validate as validate
 
-    speeds = iter([1.0, 3.0, 1.0, 3.0])  # ddp's runs, then tp's, in rounds
+    speeds = iter([1.0, 3.0, 9.0, 1.0, 3.0, 9.0])  # ddp's runs, then tp's, then 4-rank tp's, in rounds
     monkeypatch.setattr(validate, "measure", lambda *case: {"step_time_s": 0.02, "host_speed": next(speeds)})
+    monkeypatch.setattr(validate.os, "cpu_count", lambda: 2)
     seen = []
     monkeypatch.setattr(validate, "judge", lambda profile, *case: seen.append(case[-1]) or case[:2])
-    validate.run_cases(_profile(1.0), [("ddp", 2), ("tp", 2)], "fp32", 3, 60.0, repeats=2)
-    assert seen == [pytest.approx(1.5)] * 2  # 4 / (1 + 1/3 + 1 + 1/3)
+    validate.run_cases(_profile(1.0), [("ddp", 2), ("tp", 2), ("tp", 4)], "fp32", 3, 60.0, repeats=2)
+    # 4 / (1 + 1/3 + 1 + 1/3); the 4-rank case outnumbers the 2 cores: neither read nor counted in the window
+    assert seen == [pytest.approx(1.5), pytest.approx(1.5), None]
+    assert validate.read_at_speed(2, cores=2) and not validate.read_at_speed(3, cores=2)
 
 
-def test_the_summary_and_report_give_the_error_at_the_profiles_speed_only_where_every_case_has_it(tmp_path):
+def test_the_summary_and_report_give_the_error_at_the_windows_speed_over_the_cases_read(tmp_path):
     import simpar.validate as validate
 
-    case = {"strategy": "ddp", "gpus": 2, "sim_step_s": 0.030, "real_step_s": 0.036, "error": -1 / 6, "spread": 0.3,
+    case = {"strategy": "ddp", "gpus": 4, "sim_step_s": 0.030, "real_step_s": 0.036, "error": -1 / 6, "spread": 0.3,
             "bytes_exact": True, "memory_exact": True, "real_runs_s": [0.030, 0.036, 0.040]}
-    at_speed = {**case, "strategy": "tp", "host_speeds": [0.8, 0.85, 0.9], "real_at_window_speed_s": 0.031,
+    at_speed = {**case, "strategy": "tp", "gpus": 2, "host_speeds": [0.8, 0.85, 0.9], "real_at_window_speed_s": 0.031,
                 "speed_error": -1 / 31, "speed_spread": 0.1}
     result = validate.summary([at_speed])
     assert result["median_abs_speed_error"] == pytest.approx(1 / 31) and result["median_speed_spread"] == 0.1
-    assert "median_abs_speed_error" not in validate.summary([case, at_speed])  # a case without runs' speeds
+    both = validate.summary([case, at_speed])  # the 4-rank case was not read: the figures are the 2-rank case's
+    assert both["speed_cases"] == 1 and both["max_abs_speed_error"] == pytest.approx(1 / 31)
     report = tmp_path / "v.md"
-    validate.write_report(report, "hw.json", [at_speed], result)
+    validate.write_report(report, "hw.json", [case, at_speed], both)
     text = report.read_text()
-    assert "At the window's speed" in text and "median |error| 3.2 %" in text
+    assert "At the window's speed" in text and "1 of 2 cases" in text and "median |error| 3.2 %" in text
     assert "| tp | 2 | 30.0 ms | 36.0 ms | -16.7 % | 30 % |" in text
     assert "| 31.0 ms | -3.2 % | 10 % | 0.80, 0.85, 0.90 |" in text
+    assert "| - | - | - | not read: more ranks than cores |" in text
     assert "speed_error" in (tmp_path / "v.csv").read_text()
     validate.write_report(report, "hw.json", [case], validate.summary([case]))
     assert "window's speed" not in report.read_text()

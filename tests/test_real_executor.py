@@ -14,7 +14,7 @@ from simpar.models import ModelSpec, model
 from simpar.real.executor import run_rank, single_process
 from simpar.real.launch import launch
 from simpar.scenario import make_scenario
-from simpar.plan import Collective, op_class
+from simpar.plan import Collective, Compute, op_class
 from simpar.sim import simulate
 from simpar.strategies import build_plan
 
@@ -56,8 +56,14 @@ def _check_bytes(scenario, ranks):
         for category in ("params", "grads", "optimizer", "host", "nvme"):
             assert abs(real["memory"][category] - sim["memory"][category]) <= _uneven(plan, rank), (rank, category)
         assert real["memory"]["activations"] > 0  # seen through autograd's saved-tensor hooks
-        timed = [op for op in build_plan(scenario).program_of(rank).ops if op_class(op)]
-        assert [entry["op"] for entry in real["timeline"]] == [op.id for op in timed]
+        ops = build_plan(scenario).program_of(rank).ops
+        timed = [op for op in ops if op_class(op)]
+        ids = [entry["op"] for entry in real["timeline"]]
+        assert list(dict.fromkeys(ids)) == [op.id for op in timed]  # each op, in Plan order, ...
+        for position, op_id in enumerate(ids):  # ... a compute again only as a TP call's continuation
+            if op_id in ids[:position]:
+                call = ops[ids[position - 1]]
+                assert isinstance(ops[op_id], Compute) and isinstance(call, Collective) and call.group == "tp"
 
 
 def _uneven(plan, rank) -> int:
@@ -118,6 +124,47 @@ def test_sequence_parallelism_trains_like_one_process_and_sends_the_simulated_by
     ranks = launch(run_rank, world, (scenario, STEPS, 0), timeout=240)
     _check_training(ranks, single_process(scenario, STEPS, 0), atol)
     _check_bytes(scenario, ranks)
+
+
+PAUSE_S = 0.02
+
+
+def _slow_continuations_rank(ctx, scenario, steps):
+    """A rank whose every TP continuation (the work completing a piece after its all-reduce) first sleeps
+    ``PAUSE_S``: where the executor counts that time shows in its op times."""
+    import time
+
+    from simpar.real import tensor_parallel
+
+    made = tensor_parallel.Reduction.__init__
+
+    def slowed(self, tensor, op, then):
+        def pause_then(result):
+            time.sleep(PAUSE_S)
+            return then(result)
+        made(self, tensor, op, pause_then)
+
+    tensor_parallel.Reduction.__init__ = slowed
+    return run_rank(ctx, scenario, steps, 0)
+
+
+def test_a_tensor_parallel_continuation_counts_with_the_piece_it_completes_not_the_call():
+    """The simulator prices a piece with its continuation (tp_bench.py); the executor times the call apart
+    from it, and the continuation as a second stretch of the compute that left the reduction."""
+    scenario = make_scenario(model("tiny"), "tp", 2, tp=2, micro_batch=2, precision="fp32", topology="pcie")
+    ops = build_plan(scenario).program_of(0).ops
+    calls = [op for op in ops if isinstance(op, Collective) and op.group == "tp"]
+    for rank in launch(_slow_continuations_rank, 2, (scenario, 2), timeout=240):
+        by_class: dict = {}
+        for op_id, seconds in rank["op_means"].items():
+            by_class[op_class(ops[int(op_id)])] = by_class.get(op_class(ops[int(op_id)]), 0.0) + seconds
+        assert by_class["collectives"] < len(calls) * PAUSE_S / 2  # no call holds a pause
+        assert by_class["forward"] + by_class["backward"] > len(calls) * PAUSE_S
+        timeline = rank["timeline"]
+        for call, after in zip(timeline, timeline[1:]):
+            if ops[call["op"]] in calls:  # the continuation starts where the call ends, as a forward or backward op
+                assert after["start"] == call["end"] and after["class"] in ("forward", "backward")
+                assert after["end"] - after["start"] >= PAUSE_S
 
 
 @pytest.mark.parametrize("spec,kw", [

@@ -1,5 +1,6 @@
 """A tensor-parallel piece's own cost (calibrate/tp_bench.py): timed on one rank, fitted against the
-simulator's price of the same pieces, and priced on every layer piece of a tp > 1 plan."""
+simulator's price of the same pieces, and priced on every layer piece of a tp > 1 plan; the
+vocabulary-parallel embedding's and head's likewise, each its own."""
 
 from dataclasses import replace
 
@@ -16,6 +17,7 @@ from simpar.strategies import build_plan
 from tests.test_calibrate import _profile
 
 PIECE = {"fwd": 70e-6, "bwd": 150e-6}
+ENDS = {"embedding_fwd": 30e-6, "head_fwd": 200e-6, "head_bwd": 50e-6, "embedding_bwd": 10e-6}
 
 
 def _priced(profile, strategy: str, world: int, batch: int = 2, name: str = "tiny-deep") -> dict:
@@ -27,12 +29,15 @@ def _priced(profile, strategy: str, world: int, batch: int = 2, name: str = "tin
 
 
 def test_every_layer_piece_of_a_tensor_parallel_plan_pays_the_piece_cost_and_nothing_else_does():
-    plain, profile = _profile(), replace(_profile(), tp_piece={"fp32": dict(PIECE)})
+    plain, profile = _profile(), replace(_profile(), tp_piece={"fp32": {**PIECE, **ENDS}})
     for strategy, world in (("tp", 2), ("tp", 4), ("ddp", 2), ("zero3", 2), ("pp", 2)):
         before, after = _priced(plain, strategy, world), _priced(profile, strategy, world)
+        spec = model("tiny-deep")
         for op_id, (op, seconds) in after.items():
-            piece = op.part and strategy == "tp" and op.phase in PIECE
-            assert seconds - before[op_id][1] == pytest.approx(PIECE[op.phase] if piece else 0.0, abs=1e-12)
+            expected = 0.0
+            if strategy == "tp" and op.phase in PIECE:  # a layer's piece, or the embedding or head whole
+                expected = PIECE[op.phase] if op.part else ENDS[f"{spec.unit_kind(op.unit)}_{op.phase}"]
+            assert seconds - before[op_id][1] == pytest.approx(expected, abs=1e-12)
         pieces = sum(bool(op.part) for op, _ in after.values())
         assert (pieces == 4 * 8) if strategy == "tp" else pieces == 0  # 8 layers x 2 pieces x 2 phases
     scenario = make_scenario(model("tiny-deep"), "tp", 2, micro_batch=2, precision="fp32", topology="cpu-host")
@@ -44,19 +49,26 @@ def test_every_layer_piece_of_a_tensor_parallel_plan_pays_the_piece_cost_and_not
 
 def test_the_fit_recovers_what_the_pieces_cost_beyond_their_price():
     """Rows as ``tp_piece_worker`` writes them, each piece its price on the profile plus a planted cost: the fit
-    gives the planted cost back; a piece cheaper than its price fits 0, not below."""
+    gives the planted cost back; a piece cheaper than its price fits 0, not below. Rows without the embedding
+    and head (a calibration before they were timed) fit the layers' alone."""
     profile = _profile()
     rows = []
     for name, batch in (("tiny", 1), ("tiny-deep", 2), ("small", 4)):
-        priced = [(op, s) for op, s in _priced(profile, "tp", TP, batch, name).values() if op.part]
-        rows.append({"model": name, "batch": batch,
-                     **{phase: [s + PIECE[phase] for op, s in priced if op.phase == phase] for phase in PIECE}})
-    assert fit_tp_pieces(rows, profile, "fp32") == pytest.approx(PIECE)
+        spec, priced = model(name), _priced(profile, "tp", TP, batch, name).values()
+        ends = {f"{spec.unit_kind(op.unit)}_{op.phase}": s + ENDS[f"{spec.unit_kind(op.unit)}_{op.phase}"]
+                for op, s in priced if not op.part and op.phase in PIECE}
+        rows.append({"model": name, "batch": batch, **ends,
+                     **{phase: [s + PIECE[phase] for op, s in priced if op.part and op.phase == phase]
+                        for phase in PIECE}})
+    assert fit_tp_pieces(rows, profile, "fp32") == pytest.approx({**PIECE, **ENDS})
+    layers_only = [{key: value for key, value in row.items() if key not in ENDS} for row in rows]
+    assert fit_tp_pieces(layers_only, profile, "fp32") == pytest.approx(PIECE)
     cheaper = [{**row, "fwd": [s - 2 * PIECE["bwd"] for s in row["fwd"]]} for row in rows]
     assert fit_tp_pieces(cheaper, profile, "fp32")["fwd"] == 0.0
-    averaged = average_profiles([replace(profile, tp_piece={"fp32": dict(PIECE)}),
-                                 replace(profile, tp_piece={"fp32": {"fwd": 0.0, "bwd": 0.0}})], ["a", "b"])
-    assert averaged.tp_piece["fp32"] == pytest.approx({phase: s / 2 for phase, s in PIECE.items()})
+    averaged = average_profiles([replace(profile, tp_piece={"fp32": {**PIECE, **ENDS}}),
+                                 replace(profile, tp_piece={"fp32": dict.fromkeys({**PIECE, **ENDS}, 0.0)})],
+                                ["a", "b"])
+    assert averaged.tp_piece["fp32"] == pytest.approx({key: s / 2 for key, s in {**PIECE, **ENDS}.items()})
 
 
 def test_the_executor_pieces_are_timed_one_by_one_in_plan_order():
@@ -65,4 +77,4 @@ def test_the_executor_pieces_are_timed_one_by_one_in_plan_order():
     rows = launch(tp_piece_worker, 1, (["tiny"], [1], 1), timeout=300)[0]
     pieces = 2 * model("tiny").layers
     assert [(r["model"], r["batch"], len(r["fwd"]), len(r["bwd"])) for r in rows] == [("tiny", 1, pieces, pieces)]
-    assert all(s > 0 for r in rows for s in r["fwd"] + r["bwd"])
+    assert all(s > 0 for r in rows for s in r["fwd"] + r["bwd"] + [r[key] for key in ENDS])

@@ -40,7 +40,7 @@ from simpar.topologies.graph import Topology
 if TYPE_CHECKING:
     from simpar.calibrate.gpu_profile import GPUProfile
 
-VERSION = 10
+VERSION = 11
 UNIT_KINDS = ("embedding", "layer", "head")
 
 
@@ -357,8 +357,9 @@ class HardwareProfile:
         for phase, per_score in zip(("fwd", "bwd"), self.attention_scores.get(precision) or ()):
             costs[phase][0]["attention_scores"] = float(per_score)
         costs["step"] = self.step_cost(precision)
-        for phase, seconds in (self.tp_piece.get(precision) or {}).items():
-            costs[phase][0]["tp_piece"] = float(seconds)
+        for key, seconds in (self.tp_piece.get(precision) or {}).items():  # "fwd" (a layer piece), "head_fwd"...
+            kind, _, phase = key.rpartition("_")
+            costs[phase][0][f"tp_{kind or 'piece'}"] = float(seconds)
         cold = self.unit_cold.get(precision)
         if cold:
             costs["cold"] = (float(cold["tau"]), {(kind, phase): float(seconds) for phase in ("fwd", "bwd")

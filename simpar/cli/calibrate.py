@@ -104,10 +104,12 @@ def _save_and_show(profile, args, precision: str, what: str = "") -> int:
             paid = ", ".join(f"{kind} {units.human_time(s)}" for kind, s in cold[phase].items())
             print(f"  {'':<10} cold caches: {paid} more after a long gap since the last of its kind "
                   f"(1 - exp(-gap / {units.human_time(cold['tau'])}) of it)")
-        piece = (profile.tp_piece.get(precision) or {}).get(phase)
-        if piece is not None:  # the executor's tensor-parallel pieces (calibrate/tp_bench.py)
-            print(f"  {'':<10} a tensor-parallel piece of a layer: +{units.human_time(piece)} beyond its share "
-                  "of the layer")
+        pieces = profile.tp_piece.get(precision) or {}
+        if pieces.get(phase) is not None:  # the executor's tensor-parallel pieces (calibrate/tp_bench.py)
+            ends = ", ".join(f"{kind} +{units.human_time(pieces[f'{kind}_{phase}'])}" for kind in ("embedding", "head")
+                             if f"{kind}_{phase}" in pieces)
+            print(f"  {'':<10} a tensor-parallel piece of a layer: +{units.human_time(pieces[phase])} beyond its share "
+                  f"of the layer" + (f"; the vocabulary-parallel {ends}" if ends else ""))
     print(f"  optimizer  Adam {profile.optimizer_params_per_s['adam'] / 1e6:,.0f} M params/s on a bare tensor, "
           f"copies {units.human_rate(profile.copy_bytes_per_s)}")
     if profile.optimizer_step.get(precision):

@@ -151,7 +151,8 @@ def run(args) -> int:
           f"bytes exact: {result['bytes_exact']}; report: {', '.join(str(f) for f in files)}")
     if "median_abs_speed_error" in result:
         print(f"at the window's speed (each run set at how fast the cores ran over all the runs, read off the "
-              f"spinners): median |error| {100 * result['median_abs_speed_error']:.1f} %, max "
+              f"spinners; {result['speed_cases']} of {len(cases)} cases, those whose ranks fit the cores): "
+              f"median |error| {100 * result['median_abs_speed_error']:.1f} %, max "
               f"{100 * result['max_abs_speed_error']:.1f} %, median spread {100 * result['median_speed_spread']:.1f} %")
     if after_paths and before_too:
         print(f"priced with the average of {profile_path} and the calibrations among the runs, "

@@ -12,6 +12,7 @@ import statistics
 from simpar.plan import OP_CLASSES, op_class
 from simpar.real import host_speed
 from simpar.real.executor import check_supported, run_rank
+from simpar.real.instrument import timeline_seconds
 from simpar.real.launch import launch
 from simpar.scenario import Scenario
 from simpar.sim import PARTS
@@ -60,7 +61,7 @@ def real_json(scenario: Scenario, ranks: list[dict], steps: int, collectives: st
         ops = plan.program_of(rank).ops
         busy, parts = dict.fromkeys(OP_CLASSES, 0.0), dict.fromkeys(PARTS, 0.0)
         # each op's mean over the steps the step time is the mean of (a runner without them: the last step)
-        means = result.get("op_means") or {e["op"]: e["end"] - e["start"] for e in result["timeline"]}
+        means = result.get("op_means") or timeline_seconds(result["timeline"])
         for op_id, seconds in means.items():
             busy[op_class(ops[int(op_id)])] += seconds
             # the simulator's parts; a pipeline receive (its wait included) counts as communication

@@ -82,6 +82,10 @@ class RankExecutor:
         self.device = torch.device("cuda", torch.cuda.current_device()) if gpu else torch.device("cpu")
         self.model.to(self.device, self.dtype)
         self.reduction = None  # TP: what the Plan's next TP collective sums, gathers or scatters
+        # TP: the forward or backward op run last, and when its reduction's continuation started (the work
+        # completing a piece after its all-reduce is that piece's compute: ``_tensor_parallel``)
+        self.last_compute: Compute | None = None
+        self.finishing: float | None = None
         self.unit_params = [list(unit.parameters()) for unit in self.model.units]
         if collectives == "native":
             kinds = [grid.group(r, kind) for kind in ("dp", "tp") for r in range(grid.world)]
@@ -154,6 +158,7 @@ class RankExecutor:
                         loss_total += self._forward(op, half, ids[rows], targets[rows], inputs, outputs)
                     else:
                         self._backward(op, half, inputs, outputs, grad_out)
+                    self.last_compute = op
                 elif isinstance(op, Collective):
                     if op.group == "tp" and self.reduction is None and op.payload.startswith("output grads"):
                         # sequence parallelism: a unit's backward starts by gathering its output gradient
@@ -169,7 +174,12 @@ class RankExecutor:
                     self._p2p(op, inputs, outputs, grad_out)
                 else:
                     raise SimparError(f"--compare-real: the executor cannot perform {op!r} yet")
-                self.recorder.time_op(op, started)
+                if self.finishing is not None:  # the call, then the piece's continuation as that piece's compute
+                    self.recorder.time_op(op, started, until=self.finishing)
+                    self.recorder.time_op(self.last_compute or op, self.finishing)
+                    self.finishing = None
+                else:
+                    self.recorder.time_op(op, started)
                 self._sample()
         for request in self.pending_sends:
             request.wait()
@@ -227,7 +237,10 @@ class RankExecutor:
     def _tensor_parallel(self, op: Collective) -> None:
         """Perform the Plan's TP collective on the pending partial result (sum or max: all-reduce;
         sequence parallelism: gather or scatter the sequence blocks); its continuation may leave the
-        next one (the cross-entropy's maxima, then sums)."""
+        next one (the cross-entropy's maxima, then sums). The continuation (residual adds, a norm's
+        backward) is timed apart from the call (``finishing``) and counted with the piece it completes, as
+        the simulator prices it (``tp_piece``, fitted on pieces timed with theirs: tp_bench.py); counted in
+        the call, tp's backward read 30-70 % short of its price and its collectives long, the step alike."""
         if op.payload == "sequence-parallel grads":
             return self._sequence_parallel_grads()
         reduction, self.reduction = self.reduction, None
@@ -242,6 +255,7 @@ class RankExecutor:
         else:
             flat = reduction.tensor.reshape(-1).clone()
             result = self.comm.ring_all_reduce(flat, self.tp_group, reduction.op).view_as(reduction.tensor)
+        self.finishing = self.recorder.clock()
         self.reduction = reduction.then(result)
 
     def _sequence_parallel_grads(self) -> None:

@@ -71,6 +71,14 @@ class SavedActivations:
         return sum(self._sizes.values())
 
 
+def timeline_seconds(timeline: list[dict]) -> dict[int, float]:
+    """Each op's seconds in ``timeline``, its entries summed."""
+    seconds: dict[int, float] = defaultdict(float)
+    for entry in timeline:
+        seconds[entry["op"]] += entry["end"] - entry["start"]
+    return dict(seconds)
+
+
 class Recorder:
     """Op timeline and memory peaks of one rank over the steps it runs."""
 
@@ -102,11 +110,14 @@ class Recorder:
     def end_step(self) -> None:
         self.step_times.append(self.clock() - self._t0)
 
-    def time_op(self, op, started: float) -> None:
+    def time_op(self, op, started: float, until: float | None = None) -> None:
+        """``op`` ran from ``started`` until ``until`` (now if None); an op timed in two stretches (a TP piece
+        and its continuation after the all-reduce) has two entries, its seconds summed."""
         kind = op_class(op)
         if kind is not None:
+            ended = self.clock() if until is None else until
             self.timeline.append({"op": op.id, "stream": op.stream, "class": kind,
-                                  "start": started - self._t0, "end": self.clock() - self._t0})
+                                  "start": started - self._t0, "end": ended - self._t0})
             if self.step_times:  # a step after the first
                 self.op_seconds[op.id] += self.timeline[-1]["end"] - self.timeline[-1]["start"]
 
@@ -114,7 +125,7 @@ class Recorder:
         """Each timed op's mean seconds over the steps after the first (the last step's alone if only one ran)."""
         steps = len(self.step_times) - 1
         if steps < 1:
-            return {entry["op"]: entry["end"] - entry["start"] for entry in self.timeline}
+            return timeline_seconds(self.timeline)
         return {op: seconds / steps for op, seconds in self.op_seconds.items()}
 
     def sample(self, held: dict[tuple[str, str], list | int]) -> None:

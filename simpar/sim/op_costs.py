@@ -259,8 +259,8 @@ class OpCosts:
                 overhead += overheads["embedding_table"] * self._embedding_table()
             if kind == "layer" and self._has_attention(op):
                 overhead += self._attention_scores_cost(op)
-            if op.part and self.scenario.strategy.tp > 1:  # a tensor-parallel piece's Python (tp_bench.py)
-                overhead += overheads.get("tp_piece", 0.0)
+            if self.scenario.strategy.tp > 1:  # a tensor-parallel piece's Python, or the embedding's or head's
+                overhead += overheads.get("tp_piece" if op.part else f"tp_{kind}", 0.0)  # (tp_bench.py)
             return overhead + op.flops / rate
         if self.kernel_pricer is not None:  # a GPU: the kernels the unit launches, each priced by shape
             return self.kernel_pricer.time(kind, op)

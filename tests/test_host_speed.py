@@ -143,3 +143,33 @@ def test_compare_real_sets_the_runs_speed_against_the_profiles(tmp_path, cli):
     text = cli("run", "--strategy", "ddp", "--gpus", "2", "--steps", "2", "--compare-real", "--hardware",
                str(path)).stdout
     assert "x as fast over the timed steps as while the profile was calibrated" in text
+
+
+def test_the_calls_in_step_benchmark_groups_each_call_by_the_compute_before_it():
+    import importlib.util
+    from pathlib import Path
+
+    from simpar.models import model
+    from simpar.plan import Collective, Compute
+    from simpar.scenario import make_scenario
+    from simpar.strategies import build_plan
+
+    spec = importlib.util.spec_from_file_location("calls_in_step", Path(__file__).parents[1] / "benchmarks" /
+                                                  "calls_in_step.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    scenario = make_scenario(model("tiny"), "tp", 2, micro_batch=2, precision="fp32", topology="cpu-host")
+    ops = build_plan(scenario).program_of(0).ops
+    kind = scenario.model.unit_kind
+    calls = [i for i, op in enumerate(ops) if isinstance(op, Collective)]
+    assert bench.group_of(ops, calls[0], kind) == "call after fwd embedding"
+    assert bench.group_of(ops, calls[1], kind) == "call after fwd layer attn"
+    maxima = next(i for i in calls if ops[i].payload.startswith("logits max"))
+    assert bench.group_of(ops, maxima + 1, kind) == "call after a call"  # the sums' all-reduce
+    computes = [op.id for op in ops if isinstance(op, Compute)]
+    priced = {op.id: 0.001 for op in ops}
+    measured = [(ops, priced, {i: 0.002 for i in calls + computes})] * 2  # two ranks
+    rows = bench.grouped(measured, kind)
+    attn = rows["call after fwd layer attn"]
+    assert attn == {"ops": model("tiny").layers, "priced": 0.001, "measured": 0.002}
+    assert sum(row["ops"] for row in rows.values()) == len(calls) + len(computes)

@@ -65,6 +65,19 @@ def test_the_fit_recovers_what_the_pieces_cost_beyond_their_price():
     assert fit_tp_pieces(layers_only, profile, "fp32") == pytest.approx(PIECE)
     cheaper = [{**row, "fwd": [s - 2 * PIECE["bwd"] for s in row["fwd"]]} for row in rows]
     assert fit_tp_pieces(cheaper, profile, "fp32")["fwd"] == 0.0
+    # the embedding and head are timed with the caches cold, as in a step: that part is priced apart, not here
+    cold = replace(profile, unit_cold={"fp32": {"tau": 2e-3, "fwd": {"embedding": 1e-4, "head": 2e-4},
+                                                "bwd": {"embedding": 3e-5, "head": 1.5e-4}}})
+    warm = [{**row} for row in rows]
+    for row in warm:
+        scenario = make_scenario(model(row["model"]), "tp", TP, micro_batch=row["batch"], precision="fp32",
+                                 topology="cpu-host")
+        costs = OpCosts(build_plan(scenario), scenario, cold.topology(TP, "fp32"))
+        assert len(costs.cold) == 4  # the embedding's and the head's forward and backward
+        for (_, op_id), seconds in costs.cold.items():
+            op = build_plan(scenario).programs[0].ops[op_id]
+            row[f"{scenario.model.unit_kind(op.unit)}_{op.phase}"] += seconds
+    assert fit_tp_pieces(warm, cold, "fp32") == pytest.approx({**PIECE, **ENDS})
     averaged = average_profiles([replace(profile, tp_piece={"fp32": {**PIECE, **ENDS}}),
                                  replace(profile, tp_piece={"fp32": dict.fromkeys({**PIECE, **ENDS}, 0.0)})],
                                 ["a", "b"])

@@ -82,7 +82,7 @@ def fit_tp_pieces(rows: list[dict], profile, precision: str) -> dict[str, float]
     """{"fwd": s, "bwd": s, "embedding_fwd": s, ...}: per layer piece, the mean over every timed piece of its
     measured seconds less what the simulator prices it at on ``profile`` (a tp=2 plan of the row's model and
     micro-batch, the piece's compute alone: no resume, no work between ops, as timed); per embedding and
-    head phase, the same over the rows; never below 0. Rows of a calibration before the embedding and head
+    head phase, the same over the rows, their cold caches priced in; never below 0. Rows of a calibration before the embedding and head
     were timed give the layers' alone."""
     from simpar.models import model
     from simpar.plan import Compute
@@ -104,6 +104,8 @@ def fit_tp_pieces(rows: list[dict], profile, precision: str) -> dict[str, float]
             extra.setdefault(phase, []).extend(measured - price for measured, price in zip(row[phase], priced))
             for op in computes:
                 key = f"{scenario.model.unit_kind(op.unit)}_{phase}"
-                if not op.part and key in row:  # the embedding's and the head's, whole
-                    extra.setdefault(key, []).append(row[key] - costs.compute_time(prog, op))
+                if not op.part and key in row:  # the embedding's and the head's, whole, with the cold caches it
+                    # finds here as in a step (the model's other units ran since): priced apart (``unit_cold``)
+                    price = costs.compute_time(prog, op) + costs.cold.get((0, op.id), 0.0)
+                    extra.setdefault(key, []).append(row[key] - price)
     return {key: max(statistics.fmean(values), 0.0) for key, values in extra.items() if values}

@@ -82,8 +82,8 @@ def fit_tp_pieces(rows: list[dict], profile, precision: str) -> dict[str, float]
     """{"fwd": s, "bwd": s, "embedding_fwd": s, ...}: per layer piece, the mean over every timed piece of its
     measured seconds less what the simulator prices it at on ``profile`` (a tp=2 plan of the row's model and
     micro-batch, the piece's compute alone: no resume, no work between ops, as timed); per embedding and
-    head phase, the same over the rows, their cold caches priced in; never below 0. Rows of a calibration before the embedding and head
-    were timed give the layers' alone."""
+    head phase, the same over the rows, their cold caches priced in; never below 0. Rows of a calibration
+    before the embedding and head were timed give the layers' alone."""
     from simpar.models import model
     from simpar.plan import Compute
     from simpar.scenario import make_scenario

@@ -351,8 +351,7 @@ class HardwareProfile:
         # compute is priced as one rank alone: the simulator shares the cores among the ranks computing at
         # each moment (sim/cores.py); copies, which it does not share, take the slowdown of all at once
         slow = self.compute_slowdown(world)
-        costs = {phase: ({k: o for k, o in zip(UNIT_KINDS, fit[:-1])}, fit[-1])
-                 for phase, fit in self.compute[precision].items()}
+        costs = {phase: (dict(zip(UNIT_KINDS, fit[:-1])), fit[-1]) for phase, fit in self.compute[precision].items()}
         costs["bwd"][0]["embedding_table"] = float(self.embedding_table.get(precision, 0.0))
         for phase, per_score in zip(("fwd", "bwd"), self.attention_scores.get(precision) or ()):
             costs[phase][0]["attention_scores"] = float(per_score)

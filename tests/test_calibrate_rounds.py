@@ -17,3 +17,29 @@ def test_the_burst_rounds_run_until_their_seconds_have_passed_and_every_rank_run
     for rank in timed:
         assert rank["ratio"] > 0 and rank["together"] > 0 and rank["alone"] > 0
     assert launch(burst_worker, 1, (1, 3, 1.5), timeout=120)[0].keys() == {"each"}  # alone: nothing shared
+
+
+def _counts(ctx, seconds: float) -> tuple[int, int]:
+    """This rank's agreed count from an own count as far apart as a slow and a fast core's, and the burst's."""
+    from simpar.calibrate import bench
+
+    agreed = bench.agreed_count(6 if ctx.rank == 0 else 30)
+    seen = []
+    real_agreed = bench.agreed_count
+    bench.agreed_count = lambda own: seen.append(real_agreed(own)) or seen[-1]
+    try:
+        bench._short_burst(seconds)
+    finally:
+        bench.agreed_count = real_agreed
+    return agreed, seen[0]
+
+
+def test_the_short_loops_burst_does_the_same_work_on_every_rank():
+    """Each rank timing its own count put one core's state at that moment between the ranks' work (counts of
+    15 and 30 for the same 0.8 ms), a skew a step, whose ranks do the same work, does not have."""
+    from simpar.calibrate.bench import agreed_count
+
+    ranks = launch(_counts, 2, (3e-4,), timeout=120)
+    assert [agreed for agreed, _ in ranks] == [18, 18]  # the mean of 6 and 30
+    assert ranks[0][1] == ranks[1][1] >= 1  # the burst's own count, agreed
+    assert agreed_count(7) == 7  # no process group: its own

@@ -223,20 +223,33 @@ def phase_worker(ctx, size: int, seconds: float = 8.0, repeats: int = 3, ps_size
 
 
 def _short_burst(seconds: float):
-    """A compute of about ``seconds`` alone: small matrix products, as many as this process takes that
-    long to do (timed once at the start; every rank then does its own count)."""
+    """A compute of about ``seconds`` alone: small matrix products, as many as the ranks take that long to
+    do on average (timed once at the start; every rank then does the same count, ``agreed_count``)."""
     a, b = torch.randn(128, 128), torch.randn(128, 128)
     for _ in range(50):  # warm up: timed cold, the count came out a third short (91 us for 0.3 ms)
         a @ b
     began = time.perf_counter()
     for _ in range(200):
         a @ b
-    count = max(1, round(seconds / ((time.perf_counter() - began) / 200)))
+    count = agreed_count(max(1, round(seconds / ((time.perf_counter() - began) / 200))))
 
     def burst():
         for _ in range(count):
             a @ b
     return burst
+
+
+def agreed_count(own: int) -> int:
+    """The mean of every rank's ``own`` count (rounded, at least 1), the same on all: a step's ranks do the
+    same work, which their cores' speeds then set apart. Each rank counting from its own timing let one
+    core's state at that moment set the ranks' work apart instead: counts of 15 and 30 for 0.8 ms put
+    the ranks 0.75 ms apart at the call, where the same count put them 0.55 ms apart (2 ranks, 2026-11-27).
+    ``own`` as it is without a process group."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return own
+    total = torch.tensor([float(own)])
+    dist.all_reduce(total)
+    return max(1, round(total.item() / dist.get_world_size()))
 
 
 def phase_cost(marks_by_rank: list[list[list[float]]]) -> tuple[float, float]:

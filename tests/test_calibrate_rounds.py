@@ -3,7 +3,7 @@ this VM's cores flip between (``burst_worker``)."""
 
 import time
 
-from simpar.calibrate.bench import burst_worker
+from simpar.calibrate.bench import _together, burst_worker
 from simpar.real.launch import launch
 
 
@@ -15,7 +15,8 @@ def test_the_burst_rounds_run_until_their_seconds_have_passed_and_every_rank_run
     assert timed[0]["rounds"] == timed[1]["rounds"] > 3  # rank 0's clock decided for both
     assert time.perf_counter() - began > 1.5
     for rank in timed:
-        assert rank["ratio"] > 0 and rank["together"] > 0 and rank["alone"] > 0
+        assert rank["ratio"] > 0 and rank["together"] > 0 and rank["alone"] > 0 and rank["own"] > 0
+    assert timed[0]["own"] == timed[1]["own"]  # each rank's own pace, averaged over the ranks
     assert launch(burst_worker, 1, (1, 3, 1.5), timeout=120)[0].keys() == {"each"}  # alone: nothing shared
 
 
@@ -43,3 +44,15 @@ def test_the_short_loops_burst_does_the_same_work_on_every_rank():
     assert [agreed for agreed, _ in ranks] == [18, 18]  # the mean of 6 and 30
     assert ranks[0][1] == ranks[1][1] >= 1  # the burst's own count, agreed
     assert agreed_count(7) == 7  # no process group: its own
+
+
+def _uneven(ctx) -> tuple[float, float]:
+    """``_together`` of a wait of 1 ms on rank 0 and 6 ms on rank 1."""
+    return _together(lambda: time.sleep(1e-3 if ctx.rank == 0 else 6e-3), 4)
+
+
+def test_together_times_the_slowest_rank_and_each_ranks_own_pace_apart():
+    (slowest0, own0), (slowest1, own1) = launch(_uneven, 2, timeout=120)
+    assert slowest0 > 5e-3 and slowest1 > 5e-3  # until the slower is done: its 6 ms a call
+    assert 1e-3 <= own0 < 3e-3  # the faster rank's own pace, without the wait for the other
+    assert own1 >= 6e-3

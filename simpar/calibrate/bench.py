@@ -27,18 +27,26 @@ def _timed(fn, repeats: int) -> float:
     """Seconds per ``fn()`` with every rank running it ``repeats`` times back to back, from a barrier
     until all are done: k ranks sharing the cores are timed as a step would be, by how long all of
     them take. The closing barrier's own cost (measured alone) is taken off; the median of 5 rounds."""
+    return _together(fn, repeats)[0]
+
+
+def _together(fn, repeats: int) -> tuple[float, float]:
+    """(``_timed``'s seconds per ``fn()``: until the slowest rank is done; this rank's own seconds per ``fn()``
+    in the same rounds, without the wait for the slowest), each the median of 5 rounds."""
     fn()
 
-    def between_barriers(work) -> float:
+    def between_barriers(work) -> tuple[float, float]:
         dist.barrier()
         start = time.perf_counter()
         work()
+        mine = time.perf_counter() - start
         dist.barrier()
-        return time.perf_counter() - start
+        return time.perf_counter() - start, mine
 
-    barrier = statistics.median(between_barriers(lambda: None) for _ in range(5))
+    barrier = statistics.median(between_barriers(lambda: None)[0] for _ in range(5))
     rounds = [between_barriers(lambda: [fn() for _ in range(repeats)]) for _ in range(5)]
-    return max(statistics.median(rounds) - barrier, 0.0) / repeats
+    slowest = max(statistics.median(all_done for all_done, _ in rounds) - barrier, 0.0) / repeats
+    return slowest, statistics.median(mine for _, mine in rounds) / repeats
 
 
 def ring_worker(ctx, sizes: list[int], repeats: int) -> list[dict]:
@@ -306,7 +314,10 @@ def burst_worker(ctx, repeats: int, rounds: int = 5, seconds: float = 0.0) -> di
     machine's speed drifts by tens of percent over a minute (a baseline taken minutes before read 1.6x
     at 4 ranks on 2 cores). At least ``rounds`` rounds, and more until ``seconds`` have passed: five
     rounds at 2 ranks last 0.3 s, one draw of the states this VM's cores flip between for seconds at a
-    time, and four calibrations within 15 minutes read 1.02, 1.06, 1.12 and 1.42 at 2 ranks."""
+    time, and four calibrations within 15 minutes read 1.02, 1.06, 1.12 and 1.42 at 2 ranks. "own": each
+    rank's own time per burst in the same rounds (``_together``), averaged over the ranks, the median over
+    the rounds: the pace of a rank's compute, where "together" is the slowest rank's, whose lead over the
+    others the calls after a compute pay (``wake_curve``)."""
     unit = _unit_burst()
     seconds_each = []
     for _ in range(20 * repeats + 3):
@@ -318,7 +329,7 @@ def burst_worker(ctx, repeats: int, rounds: int = 5, seconds: float = 0.0) -> di
     # rounds long against the closing barrier's own cost, which at 8 ranks on 2 cores is milliseconds and
     # noisy: with 10 bursts a round, slowdowns of 3.0x-6.3x at 8 ranks came out of calibrations an hour apart
     reps = max(1, 4 * repeats * ctx.world // rounds)
-    together, alone = [], []
+    together, alone, own = [], [], []
     began, more = time.perf_counter(), torch.ones(1)
     while more.item():
         dist.barrier()
@@ -328,9 +339,14 @@ def burst_worker(ctx, repeats: int, rounds: int = 5, seconds: float = 0.0) -> di
                 unit()
         alone.append((time.perf_counter() - start) / reps)
         dist.barrier()  # the others wait until rank 0 is done alone
-        together.append(_timed(unit, reps))
+        slowest, mine = _together(unit, reps)
+        together.append(slowest)
+        own.append(mine)
         more.fill_(float(len(alone) < rounds or time.perf_counter() - began < seconds))
         dist.broadcast(more, 0)  # rank 0's clock decides for all, so every rank runs the same rounds
     ratio = statistics.median(t / a for t, a in zip(together, alone))
+    ranks_own = torch.tensor(own, dtype=torch.float64)
+    dist.all_reduce(ranks_own)  # every rank's own time, round by round, averaged over the ranks
     return {"each": statistics.fmean(seconds_each[3:]), "together": statistics.median(together),
-            "alone": statistics.median(alone), "ratio": ratio, "rounds": len(alone)}
+            "alone": statistics.median(alone), "ratio": ratio, "rounds": len(alone),
+            "own": statistics.median((ranks_own / ctx.world).tolist())}

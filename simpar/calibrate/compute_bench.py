@@ -125,24 +125,29 @@ def compute_worker(ctx, models: list[str], batches: list[int], precision: str, r
 
 def ranks_slowdown(together: float, alone: list[dict]) -> float:
     """How much longer a unit takes with k ranks computing at once than the one-rank rows price it:
-    ``together`` (``burst_worker``: the burst with all k ranks at once, barrier to barrier, the median of
-    seconds of rounds) over the rows' own time of the burst's unit (``BURST_UNIT``'s layer, forward and
-    backward): the k-rank compute at the level the rounds met, in the rows' proportions, which the rows'
-    pass (a draw of this VM's fast and slow states) no longer moves. Against rank 0 alone in the rounds
-    (their median ratio), the rows' draw and the rounds' multiplied: four 2-rank validates' windows priced
-    the layer -3 to +15 % off their runs', where the rounds' together read -14 to +1 % (docs/calibration.md).
-    At least 1: below, noise."""
+    ``together`` (``burst_worker``'s "own": each rank's own time of the burst with all k ranks at once,
+    averaged over the ranks, the median of seconds of rounds) over the rows' own time of the burst's unit
+    (``BURST_UNIT``'s layer, forward and backward): the k-rank compute at the level the rounds met, in the
+    rows' proportions, which the rows' pass (a draw of this VM's fast and slow states) no longer moves.
+    Against rank 0 alone in the rounds (their median ratio), the rows' draw and the rounds' multiplied: four
+    2-rank validates' windows priced the layer -3 to +15 % off their runs', where the rounds' together read
+    -14 to +1 % (docs/calibration.md). Not the slowest rank's time (barrier to barrier), which holds the wait
+    for it that the calls after a compute are priced with (``wake_curve``): 2 ranks, each rank's own time
+    together was 0.99-1.00x its time alone, barrier to barrier 1.06-1.23x (2026-11-27). Nor held at 1 or
+    above: the rounds' level may be the rows' either side, and a floor priced every window's compute from
+    the slower of the two draws."""
     unit = _burst_row(alone)
-    return max(together / (unit["fwd_s"] + unit["bwd_s"]), 1.0)
+    return together / (unit["fwd_s"] + unit["bwd_s"])
 
 
 def level_slowdowns(shared: dict, alone: list[dict], cores: int) -> dict[str, float]:
-    """``ranks_slowdown`` of each world size whose ranks fit the cores and whose rounds were timed. Where they
+    """``ranks_slowdown`` of each world size whose ranks fit the cores and whose rounds were timed (each rank's
+    own pace, ``burst_own``; a profile from before it, the slowest's, ``burst_together``). Where they
     outnumber the cores the rounds are time-sliced, which a step's computes pay less of (docs/calibration.md,
     twentieth stop): there the rounds' own ratio of together to alone stays."""
     if _burst_row(alone) is None:
         return {}
-    return {w: ranks_slowdown(s["burst_together"], alone) for w, s in shared.items()
+    return {w: ranks_slowdown(s.get("burst_own", s.get("burst_together")), alone) for w, s in shared.items()
             if "burst_together" in s and int(w) <= cores}
 
 

@@ -29,23 +29,6 @@ def test_the_slowdown_is_the_ranks_burst_over_the_rows_own_time_of_its_unit():
     assert ranks_slowdown(1e-3, _rows()) == pytest.approx(1 / 1.2)
 
 
-def test_the_level_is_set_against_the_rows_own_timing_of_the_bare_unit_where_they_have_it():
-    """The executor's layer does more than the burst's bare unit (its work between ops, the inputs kept):
-    set against it, ranks computing as fast together as alone read a level under 1."""
-    rows = _rows()
-    next(r for r in rows if r["model"] == BURST_UNIT[0] and r["unit"] == "layer")["burst_s"] = 0.9e-3
-    assert ranks_slowdown(0.9e-3, rows) == pytest.approx(1.0)
-    assert ranks_slowdown(0.9e-3, _rows()) == pytest.approx(0.75)  # before burst_s: the executor's layer
-
-
-def test_the_rows_time_the_bursts_unit_on_its_model_and_batch_only():
-    name, batch = BURST_UNIT
-    rows = launch(compute_worker, 1, ([name], [batch, 1], "fp32", 2), timeout=300)[0]
-    timed = [(r["batch"], r["unit"]) for r in rows if "burst_s" in r]
-    assert timed == [(batch, "layer")]
-    assert all(r["burst_s"] > 0 for r in rows if "burst_s" in r)
-
-
 def test_the_priced_k_rank_compute_follows_the_ranks_level_not_the_rows_pass():
     """Rows of a pass drawn 1.5x slow price every k-rank unit as the fast pass's rows do."""
     together = 1.8e-3

@@ -105,7 +105,7 @@ def average_passes(passes: list[list[dict]]) -> list[dict]:
     rows = []
     for same in zip(*passes):
         row = dict(same[0])
-        timed = ("fwd_s", "bwd_s", "between_ops_s", "step_s", "reduce_s", "gather_s", "scatter_s", "burst_s")
+        timed = ("fwd_s", "bwd_s", "between_ops_s", "step_s", "reduce_s", "gather_s", "scatter_s")
         for phase in [p for p in timed if p in row]:
             row[f"passes_{phase}"] = [r[phase] for r in same]
             row[phase] = statistics.median(row[f"passes_{phase}"])

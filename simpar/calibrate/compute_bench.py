@@ -12,9 +12,8 @@ where the ranks fit the cores, by k ranks computing at once over seconds of roun
 from __future__ import annotations
 
 import statistics
-import time
 
-from simpar.calibrate.bench import BURST_UNIT, _unit_burst
+from simpar.calibrate.bench import BURST_UNIT
 from simpar.calibrate.cold import GapClock
 from simpar.calibrate.handling import between_ops, concat_timer, time_gather, time_scatter
 from simpar.models import model
@@ -44,10 +43,6 @@ class _Config:
         self.concats = concat_timer(self.executor.states)  # the gradients flattened inside the step op
         self.timed_concats: list[float] = []
         self.clock = GapClock()  # each unit's time since the last of its kind (calibrate/cold.py)
-        # the burst rounds' own unit, timed among this config's steps where it is the burst's model and batch:
-        # the level the rounds met is set against it, like for like (``ranks_slowdown``)
-        self.burst = _unit_burst() if (name, batch) == BURST_UNIT else None
-        self.bursts: list[float] = []
 
     def step(self, timed: bool) -> None:
         executor, ops, spec = self.executor, self.ops, self.spec
@@ -60,8 +55,6 @@ class _Config:
                              if getattr(ops[e["op"]], "phase", None) in ("fwd", "bwd")], keep=timed)
         if not timed:
             return
-        if self.burst is not None:
-            self.bursts.append(_burst_seconds(self.burst))
         self.timed_concats.extend(self.concats[before:])
         self.between.append(between_ops(executor.recorder.step_times[-1], executor.recorder.timeline, len(ops)))
         self.gathered.append(time_gather(executor.states))  # where ZeRO's comes: after the step
@@ -93,19 +86,7 @@ class _Config:
                          "gather_s": statistics.fmean(self.gathered), "scatter_s": statistics.fmean(self.scattered),
                          "tensors": sum(spec.unit_tensors(spec.unit_kind(u)) for u in range(work.num_units)),
                          "timed_steps": len(self.stepped)})
-            if kind == "layer" and self.bursts:
-                rows[-1]["burst_s"] = statistics.fmean(self.bursts)
         return rows
-
-
-def _burst_seconds(unit, repeats: int = 4) -> float:
-    """Seconds per ``unit()`` run ``repeats`` times back to back, the first not counted (as the burst rounds
-    run it: back to back, its caches warm)."""
-    unit()
-    began = time.perf_counter()
-    for _ in range(repeats - 1):
-        unit()
-    return (time.perf_counter() - began) / (repeats - 1)
 
 
 def compute_worker(ctx, models: list[str], batches: list[int], precision: str, repeats: int) -> list[dict]:
@@ -154,13 +135,9 @@ def ranks_slowdown(together: float, alone: list[dict]) -> float:
     for it that the calls after a compute are priced with (``wake_curve``): 2 ranks, each rank's own time
     together was 0.99-1.00x its time alone, barrier to barrier 1.06-1.23x (2026-11-27). Nor held at 1 or
     above: the rounds' level may be the rows' either side, and a floor priced every window's compute from
-    the slower of the two draws. Against the rows' own timing of the burst's unit (``burst_s``: the same
-    layer forward and backward, timed among the rows' steps), not the executor's layer: that does more
-    (its work between ops, the inputs kept for backward), 1.2-1.4x the bare unit, and set against it the
-    level read 0.71-0.97 at 2 ranks where the ranks computed together as fast as alone (16:49). A
-    profile from before ``burst_s``: the executor's layer."""
+    the slower of the two draws."""
     unit = _burst_row(alone)
-    return together / unit.get("burst_s", unit["fwd_s"] + unit["bwd_s"])
+    return together / (unit["fwd_s"] + unit["bwd_s"])
 
 
 def level_slowdowns(shared: dict, alone: list[dict], cores: int) -> dict[str, float]:

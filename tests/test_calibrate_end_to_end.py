@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+from simpar.calibrate import ranks_slowdown
+
 
 @pytest.mark.slow
 def test_calibrate_then_validate_end_to_end(tmp_path, cli):
@@ -19,11 +21,11 @@ def test_calibrate_then_validate_end_to_end(tmp_path, cli):
     assert set(data["ring"]) == set(data["wake"]) == set(data["resume"]) == {"2"}
     assert all(v >= 0 for v in (data["wake"]["2"], data["resume"]["2"], *data["ring"]["2"]))
     assert set(data["handoff"]) == {"2"} and data["handoff"]["2"] >= 0
-    # 2 ranks computing at once: the burst's rounds over the rows' own time of its unit, the rows in visits
-    from simpar.calibrate.compute_bench import ranks_slowdown
-
-    together = data["samples"]["shared"]["2"]["burst_together"]
-    assert data["slowdown"]["2"] == pytest.approx(ranks_slowdown(together, data["samples"]["compute"]))
+    # 2 ranks computing at once: a rank's own pace beside the other over alone where they fit the cores
+    shared = data["samples"]["shared"]["2"]
+    burst = {"own_ratio": shared["burst_own_ratio"], "ratio": shared["burst_ratio"]}
+    assert data["slowdown"]["2"] == pytest.approx(ranks_slowdown(burst, 2, os.cpu_count() or 1))
+    assert shared["burst_own"] > 0 and shared["burst_own_ratio"] > 0
     assert all(row["timed_steps"] >= 2 for row in data["samples"]["compute"])
     assert data["machine"]["host_speed"] > 1e5  # the spinners' loop while it ran: iterations per CPU second
     assert set(data["send_issue"]) == {"2"} and data["send_issue"]["2"] > 0  # an isend takes some time

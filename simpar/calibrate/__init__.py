@@ -21,7 +21,7 @@ import numpy as np
 
 from simpar.calibrate.bench import (PATTERN_OPS, PHASE_UNITS, SHORT_LOOPS, burst_worker, host_worker,
                                    pattern_worker, phase_cost, phase_worker, ring_worker)
-from simpar.calibrate.compute_bench import compute_worker, level_slowdowns
+from simpar.calibrate.compute_bench import compute_worker
 from simpar.calibrate.pipeline_bench import late_recv_cost, late_worker, relay_worker
 from simpar.calibrate.cold import COLD_KINDS, TAUS
 from simpar.calibrate.profile import (HardwareProfile, fit_collective_costs, fit_line, fit_unit_costs, machine_id,
@@ -115,6 +115,16 @@ def average_passes(passes: list[list[dict]]) -> list[dict]:
     return rows
 
 
+def ranks_slowdown(burst: dict, world: int, cores: int) -> float:
+    """How much slower each of ``world`` ranks computes with all of them computing at once (``burst_worker``'s
+    rounds): where they fit the ``cores``, a rank's own pace beside the others over its pace alone
+    ("own_ratio"), not the slowest rank's, whose lead the calls after a compute pay (``wake_curve``; counted
+    in the compute too it was paid twice, and 2-rank windows priced the data-parallel family's compute
+    17-35 % over their runs, 2026-11-27); where they outnumber the cores, the time-sliced rounds' pace
+    ("ratio", at least 1: below, noise)."""
+    return burst["own_ratio"] if world <= cores else max(burst["ratio"], 1.0)
+
+
 def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repeats: int = 10,
               timeout: float = 600.0, progress=None) -> HardwareProfile:
     """Run the micro-benchmarks and fit; ``progress(message)`` is told each stage."""
@@ -136,7 +146,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
         # bandwidth and caches are shared); a unit computed right after a call takes longer still (resume:
         # against the same unit in the neighbouring loop without calls, every rank computing in both)
         burst = launch(burst_worker, world, (repeats, 5, BURST_SECONDS * repeats / 10), timeout=timeout)[0]
-        slowdown[str(world)] = max(burst["ratio"], 1.0)  # below 1: noise; where ranks fit the cores, level_slowdowns
+        slowdown[str(world)] = ranks_slowdown(burst, world, os.cpu_count() or 1)
         inside = statistics.fmean(t for r in ranks for t in r["pattern"]["compute"])
         without = statistics.fmean(t for r in ranks for t in r["pattern"]["compute_base"])
         resume[str(world)] = max(inside - without, 0.0)
@@ -196,7 +206,8 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
         shared[str(world)] = {"ring_seconds": steps, "pattern": rows, "pattern_compute": inside, "series": positions,
                               "wake_fitted_with_the_steps": fit_collective_costs(ring_rows)[0],
                               "pattern_compute_without_calls": without, "burst_together": burst["together"],
-                              "burst_own": burst["own"], "burst_ratio": burst["ratio"],
+                              "burst_own": burst["own"], "burst_own_ratio": burst["own_ratio"],
+                              "burst_ratio": burst["ratio"],
                               "relay": ranks[0]["relay"], "phases": phases,
                               "short_calls": [list(c) for c in short_calls],
                               "late": {size: statistics.fmean(t for r in ranks for t in r["late"][size])
@@ -208,7 +219,6 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
         say(f"compute, one rank (pass {len(passes) + 1})")
         passes.append(compute_pass(precision, repeats, timeout))
     alone = average_passes(passes)
-    slowdown.update(level_slowdowns(shared, alone, os.cpu_count() or 1))
     compute, between, step, table, scores, cold = fit_compute(alone)
     handling, sharded, concat = fit_tensor_work(alone), fit_sharded_work(alone), fit_tensor_work(alone, "concat_s")
     # what the executor's ZeRO-3 gathers pay from the second of a series on beyond the price of a bare call
@@ -326,11 +336,9 @@ def fit_optimizer_step(alone: list[dict]) -> list[float]:
 
 def retimed(profile: HardwareProfile, passes: list[list[dict]], precision: str) -> HardwareProfile:
     """A copy of ``profile`` whose unit compute, work between ops and optimizer step are fitted to ``passes``
-    (of ``compute_pass``) instead, and the k-rank slowdown set against their time of the burst's unit; everything else
-    (collectives, wake, resume) as calibrated."""
+    (of ``compute_pass``) instead; everything else (the k-rank slowdown, collectives, wake, resume) as
+    calibrated."""
     alone = average_passes(passes)
-    cores = profile.machine.get("cores") or os.cpu_count() or 1  # the k-rank level against these passes' rows
-    slowdown = {**profile.slowdown, **level_slowdowns(profile.samples.get("shared", {}), alone, cores)}
     fitted, between, step, table, scores, cold = fit_compute(alone)
     steps = {**profile.optimizer_step, precision: step} if step else profile.optimizer_step
     handling, concat = fit_tensor_work(alone), fit_tensor_work(alone, "concat_s")
@@ -339,7 +347,6 @@ def retimed(profile: HardwareProfile, passes: list[list[dict]], precision: str) 
     sharded = fit_sharded_work(alone)
     sharded = {**profile.sharded_work, precision: sharded} if sharded else profile.sharded_work
     return replace(profile, compute={**profile.compute, precision: fitted}, between_ops=between, optimizer_step=steps,
-                   slowdown=slowdown,
                    tensor_work=handled, sharded_work=sharded, step_concat=concats,
                    embedding_table={**profile.embedding_table, precision: table},
                    attention_scores={**profile.attention_scores, precision: scores},

@@ -316,8 +316,10 @@ def burst_worker(ctx, repeats: int, rounds: int = 5, seconds: float = 0.0) -> di
     rounds at 2 ranks last 0.3 s, one draw of the states this VM's cores flip between for seconds at a
     time, and four calibrations within 15 minutes read 1.02, 1.06, 1.12 and 1.42 at 2 ranks. "own": each
     rank's own time per burst in the same rounds (``_together``), averaged over the ranks, the median over
-    the rounds: the pace of a rank's compute, where "together" is the slowest rank's, whose lead over the
-    others the calls after a compute pay (``wake_curve``)."""
+    the rounds; "own_ratio" (rank 0's): the median of its own time together over its time alone, round by
+    round: how much slower a rank computes beside the others, the same work on the same core moments apart,
+    without the wait for the slowest rank that "together" holds (the calls after a compute pay that:
+    ``wake_curve``). 2 ranks on 2 cores: 0.99-1.00, where together / alone read 1.06-1.23 (2026-11-27)."""
     unit = _unit_burst()
     seconds_each = []
     for _ in range(20 * repeats + 3):
@@ -349,4 +351,5 @@ def burst_worker(ctx, repeats: int, rounds: int = 5, seconds: float = 0.0) -> di
     dist.all_reduce(ranks_own)  # every rank's own time, round by round, averaged over the ranks
     return {"each": statistics.fmean(seconds_each[3:]), "together": statistics.median(together),
             "alone": statistics.median(alone), "ratio": ratio, "rounds": len(alone),
-            "own": statistics.median((ranks_own / ctx.world).tolist())}
+            "own": statistics.median((ranks_own / ctx.world).tolist()),
+            "own_ratio": statistics.median(m / a for m, a in zip(own, alone))}

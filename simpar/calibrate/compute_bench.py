@@ -5,15 +5,14 @@ Why in visits: this VM's cores flip between a fast and a slow state (1.5-1.7x) f
 time. Timed config after config, each model and batch drew its own states (0.2 s of steps each): the
 same tiny-deep layer read 1.0-2.6 ms from pass to pass, and the rows of one pass disagreed with each
 other by the states they drew. Visited in turns, every row is timed across the whole pass, so the rows
-share its mixture of states; their proportions are what the k-rank compute is priced by, its level set,
-where the ranks fit the cores, by k ranks computing at once over seconds of rounds (``ranks_slowdown``).
+share its mixture of states; the k-rank compute is priced from them times how much slower a rank computes
+beside the others (``burst_worker``).
 """
 
 from __future__ import annotations
 
 import statistics
 
-from simpar.calibrate.bench import BURST_UNIT
 from simpar.calibrate.cold import GapClock
 from simpar.calibrate.handling import between_ops, concat_timer, time_gather, time_scatter
 from simpar.models import model
@@ -121,36 +120,3 @@ def compute_worker(ctx, models: list[str], batches: list[int], precision: str, r
         for config in configs:
             config.executor.states.close()
     return [row for config in configs for row in config.rows()]
-
-
-def ranks_slowdown(together: float, alone: list[dict]) -> float:
-    """How much longer a unit takes with k ranks computing at once than the one-rank rows price it:
-    ``together`` (``burst_worker``'s "own": each rank's own time of the burst with all k ranks at once,
-    averaged over the ranks, the median of seconds of rounds) over the rows' own time of the burst's unit
-    (``BURST_UNIT``'s layer, forward and backward): the k-rank compute at the level the rounds met, in the
-    rows' proportions, which the rows' pass (a draw of this VM's fast and slow states) no longer moves.
-    Against rank 0 alone in the rounds (their median ratio), the rows' draw and the rounds' multiplied: four
-    2-rank validates' windows priced the layer -3 to +15 % off their runs', where the rounds' together read
-    -14 to +1 % (docs/calibration.md). Not the slowest rank's time (barrier to barrier), which holds the wait
-    for it that the calls after a compute are priced with (``wake_curve``): 2 ranks, each rank's own time
-    together was 0.99-1.00x its time alone, barrier to barrier 1.06-1.23x (2026-11-27). Nor held at 1 or
-    above: the rounds' level may be the rows' either side, and a floor priced every window's compute from
-    the slower of the two draws."""
-    unit = _burst_row(alone)
-    return together / (unit["fwd_s"] + unit["bwd_s"])
-
-
-def level_slowdowns(shared: dict, alone: list[dict], cores: int) -> dict[str, float]:
-    """``ranks_slowdown`` of each world size whose ranks fit the cores and whose rounds were timed (each rank's
-    own pace, ``burst_own``; a profile from before it, the slowest's, ``burst_together``). Where they
-    outnumber the cores the rounds are time-sliced, which a step's computes pay less of (docs/calibration.md,
-    twentieth stop): there the rounds' own ratio of together to alone stays."""
-    if _burst_row(alone) is None:
-        return {}
-    return {w: ranks_slowdown(s.get("burst_own", s.get("burst_together")), alone) for w, s in shared.items()
-            if "burst_together" in s and int(w) <= cores}
-
-
-def _burst_row(alone: list[dict]) -> dict | None:
-    name, batch = BURST_UNIT
-    return next((row for row in alone if (row["model"], row["batch"], row["unit"]) == (name, batch, "layer")), None)

@@ -176,7 +176,7 @@ def machine_id() -> dict:
 class HardwareProfile:
     machine: dict
     compute: dict[str, dict[str, list[float]]]  # precision -> phase -> [overhead per UNIT_KINDS..., flops_per_s]
-    slowdown: dict[str, float]  # ranks at once (as a string key, for JSON) -> compute time factor (ranks_slowdown)
+    slowdown: dict[str, float]  # ranks at once (as a string key, for JSON) -> compute time factor (burst_worker)
     ring: dict[str, list[float]]  # world -> [alpha_s, bandwidth bytes/s] of one ring step
     optimizer_params_per_s: dict[str, float]  # adam / sgd
     copy_bytes_per_s: float

@@ -173,3 +173,19 @@ def test_the_calls_in_step_benchmark_groups_each_call_by_the_compute_before_it()
     attn = rows["call after fwd layer attn"]
     assert attn == {"ops": model("tiny").layers, "priced": 0.001, "measured": 0.002}
     assert sum(row["ops"] for row in rows.values()) == len(calls) + len(computes)
+
+
+def test_the_own_pace_benchmark_sets_each_ranks_own_time_against_its_core_alone():
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("own_pace", Path(__file__).parents[1] / "benchmarks" / "own_pace.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    # two rounds; rank 1's core twice as slow; together each rank at its own pace, the barrier at the slower's
+    rank0 = [{"alone0": 1.0, "alone1": 2.0, "own": 1.0, "all": 2.2}] * 2
+    rank1 = [{"alone0": 1.0, "alone1": 2.0, "own": 2.0, "all": 2.2}] * 2
+    s = bench.summary([rank0, rank1])
+    assert s["rounds"] == 2 and s["alone"] == pytest.approx(1.5) and s["own"] == pytest.approx(1.5)
+    assert s["slowest"] == 2.0 and s["own_over_alone"] == pytest.approx(1.0)
+    assert s["all_over_own"] == pytest.approx(2.2 / 1.5)

@@ -6,8 +6,6 @@ the slowest rank's, whose lead the calls after a compute pay (``calibrate.ranks_
 import time
 from dataclasses import replace
 
-import pytest
-
 import simpar.calibrate as calibrate
 from simpar.calibrate import bench
 from simpar.calibrate.compute_bench import TIMED_PER_VISIT, compute_worker

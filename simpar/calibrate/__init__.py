@@ -84,6 +84,15 @@ def wake_curve(ranks: list[dict], kind: str = "") -> tuple[list[float], list[flo
     return phases, extras, {"phase_s": phases, "call_s": calls}
 
 
+def resume_point(phases: list[dict], slowdown: float) -> list[float]:
+    """[seconds alone of phase_worker's short forward, what it pays more right after a call]: its time in the
+    loop without calls (every rank at once, over ``slowdown``) and the mean difference of the two loops, at
+    least 0 (every rank's forwards)."""
+    after = statistics.fmean(t for p in phases for t in p["resume_forward"])
+    base = statistics.fmean(t for p in phases for t in p["resume_forward_base"])
+    return [base / slowdown, max(after - base, 0.0)]
+
+
 def pattern_rows(ranks: list[dict], world: int, resume: float = 0.0) -> list[dict]:
     """Per op, size and number of calls in a row: ring steps, bytes per step, and seconds the calls
     cost (the median round of rank 0: the barriers make every rank's loop equally long), which is
@@ -138,7 +147,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
     host = launch(host_worker, 1, (OPTIMIZER_PARAMS, repeats), timeout=timeout)[0]
     slowdown, ring, wake, handoff, resume, resume_after_recv, shared = {"1": 1.0}, {}, {}, {}, {}, {}, {}
     curve, ps_curve, phase, unit_alone, issue, worker_server, short_wake, late = {}, {}, {}, {}, {}, {}, {}, {}
-    later_calls, series_calls = {}, {}
+    later_calls, series_calls, resume_short = {}, {}, {}
     for world in worlds:
         say(f"{world} ranks at once: compute and ring steps")
         ranks = launch(_both, world, (precision, repeats), timeout=timeout)
@@ -157,6 +166,9 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
         # a time, nothing before it) is what a shorter compute pays its share of (tp's half-layer pieces after
         # an all-reduce paid ~0.1 ms where this unit paid 0.61 ms, on 2 ranks; docs/calibration.md)
         unit_alone[str(world)] = statistics.fmean(t for r in ranks for t in r["relay"]["again"])
+        # ... and a short compute of the executor's kind pays nearly as much: a point on the way (phase_worker)
+        if "resume_forward" in ranks[0]["phases"]:
+            resume_short[str(world)] = resume_point([r["phases"] for r in ranks], slowdown[str(world)])
         gathers = [statistics.median(r["ring"][i]["seconds"] for r in ranks) for i in range(len(RING_SIZES))]
         # back to back, an all-gather of S bytes is k - 1 ring steps of S / k bytes: one step's latency and
         # bandwidth with nothing before it, kept to show what the step's pattern adds (README, calibration)
@@ -242,6 +254,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
                               worker_server=worker_server, worker_server_curve=ps_curve, wake_short=short_wake,
                               resume=resume, series_late=later_calls, series_level=levels, series_first=firsts,
                               resume_after_recv=resume_after_recv, resume_unit=unit_alone, between_ops=between,
+                              resume_short=resume_short,
                               optimizer_params_per_s=rates, optimizer_step={precision: step} if step else {},
                               step_concat={precision: concat} if step and concat else {},
                               tensor_work={precision: handling} if handling else {},

@@ -10,6 +10,7 @@ judges the fitted profile on whole strategies the fit never saw.
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 
@@ -196,7 +197,13 @@ def phase_worker(ctx, size: int, seconds: float = 8.0, repeats: int = 3, ps_size
     calls follow each other ([start, compute end, call end]), ``SHORT_REPS`` a round, the first
     ``SHORT_WARMUP`` not kept (cold after the long loops). A call after a short compute costs less than after
     a unit: at 2 ranks a 4 KiB all-reduce cost 0.9 ms back to back, 0.8 after 0.1 ms of compute, 1.7 after
-    0.3, 2.4 after 0.6, 2.8 after 1.1 and 3.2 after the unit (2.1 ms), mean of 150."""
+    0.3, 2.4 after 0.6, 2.8 after 1.1 and 3.2 after the unit (2.1 ms), mean of 150.
+    "resume_forward" and "resume_forward_base": [s of each forward] of the unit's forward alone (0.35-0.45 ms)
+    at the short loops' pace, right after a call and without calls, where the ranks fit the cores: what a
+    short compute of the executor's kind pays after a call (``resume_curve``). At 2 ranks it paid 0.10-0.18 ms,
+    about what the whole unit pays (0.16-0.21 ms): the rank computes slower for the first few tenths of a
+    millisecond after a call. The short loops' products pay 0.01-0.02 ms: the slower start is the executor's
+    kind of work (many small ops through Python and autograd), not the products' (2026-11-27)."""
     comm, group = CountingComm(ctx.rank), list(range(ctx.world))
     unit = _unit_burst()
     flat = torch.zeros(max(size // 4, ctx.world))
@@ -206,6 +213,10 @@ def phase_worker(ctx, size: int, seconds: float = 8.0, repeats: int = 3, ps_size
         calls.update({f"ps{units}": lambda: comm.ps_all_reduce(pushed, group) for units in PHASE_UNITS})
     marks: dict[str, list[list[float]]] = {key: [] for key in calls}
     shorts = {key: _short_burst(seconds) for key, seconds in SHORT_LOOPS.items()}
+    # the resume of a short compute of the executor's kind (the unit's forward) at the short loops' pace, with
+    # and without the call after it, where the ranks fit the cores (more of them: time slices, not a resume)
+    forward = _unit_burst(backward=False) if ctx.world <= (os.cpu_count() or 1) else None
+    resumed: dict[str, list[float]] = {"resume_forward": [], "resume_forward_base": []} if forward else {}
     for _ in range(3):  # warm up: a fresh process's first backward takes tens of milliseconds
         unit()
     comm.ring_all_reduce(flat, group)  # and the connections
@@ -225,9 +236,19 @@ def phase_worker(ctx, size: int, seconds: float = 8.0, repeats: int = 3, ps_size
                 ends.append(time.perf_counter())
                 if not short or rep >= SHORT_WARMUP:
                     marks[key].append(ends)
+        for key in resumed:
+            dist.barrier()
+            for rep in range(SHORT_REPS):
+                start = time.perf_counter()
+                forward()
+                took = time.perf_counter() - start
+                if key == "resume_forward":
+                    comm.ring_all_reduce(flat, group)
+                if rep >= SHORT_WARMUP:
+                    resumed[key].append(took)
         more.fill_(float(time.perf_counter() - began < seconds))
         dist.broadcast(more, 0)  # rank 0's clock decides for all, so every rank runs the same rounds
-    return marks
+    return {**marks, **resumed}
 
 
 def _short_burst(seconds: float):
@@ -288,10 +309,11 @@ def _handoff(comm: CountingComm, tensor: torch.Tensor, rank: int, world: int) ->
 BURST_UNIT = ("tiny-deep", 2)  # _unit_burst's model and micro-batch: its layer is a row of compute_worker's
 
 
-def _unit_burst():
+def _unit_burst(backward: bool = True):
     """The compute of ``pattern_worker``: a tiny-deep layer's forward and backward at micro-batch 2
     (what a step computes per unit; a short no-grad forward alone reads a larger slowdown, 1.7x
-    against 1.3x at 2 ranks, as part of the slowdown is a fixed cost of resuming after a call)."""
+    against 1.3x at 2 ranks, as part of the slowdown is a fixed cost of resuming after a call). Without
+    ``backward``: its forward alone (autograd recording, as the executor's), a third of it."""
     name, batch = BURST_UNIT
     spec = model(name)
     layer = build_model(spec).units[1]
@@ -300,7 +322,8 @@ def _unit_burst():
     def unit():
         x = hidden.detach().requires_grad_()
         out = layer(x)
-        out.backward(torch.ones_like(out))
+        if backward:
+            out.backward(torch.ones_like(out))
     return unit
 
 

@@ -138,6 +138,9 @@ def _save_and_show(profile, args, precision: str, what: str = "") -> int:
         unit = profile.resume_unit.get(str(world))
         on = f" of {units.human_time(unit)}" if unit else ""  # a shorter compute pays its share
         resume = "+" + units.human_time(profile.resume_cost(world)) + on
+        if profile.resume_short.get(str(world)):  # and a short compute's, the curve's point on the way
+            short, paid = profile.resume_short[str(world)]
+            resume += f" (+{units.human_time(paid)} of {units.human_time(short)})"
         after_recv = "+" + units.human_time(profile.resume_after_recv_cost(world))
         print(f"  {world:>5}   {profile.slowdown[str(world)]:>14.2f}x   {resume:>26}   {after_recv:>24}"
               f"   {units.human_time(alpha):>19}   {units.human_rate(bandwidth):>9}"

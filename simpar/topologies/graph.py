@@ -85,6 +85,9 @@ class Topology:
         # seconds the compute resume_latency was measured on takes alone: a shorter compute pays its share of it
         # (it is slower for a while, not held up a fixed time); 0: every compute pays it whole
         self.resume_unit = 0.0
+        # (seconds alone, seconds paid) of a shorter compute's resume: the curve from 0 to resume_unit goes
+        # through it (the slower start is over within a few tenths of a millisecond); None: a straight share
+        self.resume_short: tuple[float, float] | None = None
         # (position, seconds): a collective from that position on in a series of calls after computing pays
         # that much more per ring step (less where negative: calibrate/series.py); None: none
         self.series_late: tuple[int, float] | None = None
@@ -188,8 +191,16 @@ class Topology:
     # -- queries --------------------------------------------------------------------------
     def resume_cost(self, latency: float, compute: float) -> float:
         """What a compute of ``compute`` seconds (alone) pays of a resume ``latency`` measured on a compute
-        of ``resume_unit`` seconds: the share it lasts of that one, at most all of it."""
-        return latency * min(compute / self.resume_unit, 1.0) if self.resume_unit > 0 else latency
+        of ``resume_unit`` seconds: the curve through (0, 0), ``resume_short`` (held to at most ``latency``)
+        and (``resume_unit``, ``latency``), level beyond; without ``resume_short`` the share it lasts of the
+        unit. A curve, as a rank computes slower mostly at first: at 2 ranks tp's pieces (0.15-0.4 ms) paid
+        0.10-0.14 ms each after their all-reduces where the unit (1.5 ms) paid 0.19 (docs/calibration.md)."""
+        if self.resume_unit <= 0:
+            return latency
+        if self.resume_short and 0.0 < self.resume_short[0] < self.resume_unit:
+            short, paid = self.resume_short
+            return float(np.interp(compute, (0.0, short, self.resume_unit), (0.0, min(paid, latency), latency)))
+        return latency * min(compute / self.resume_unit, 1.0)
 
     def collective_wake(self, phase: float, algo: str | None = None, points=None) -> float:
         """Seconds a collective (of algorithm ``algo``) pays before its steps when it comes after ``phase``

@@ -32,6 +32,11 @@ def test_calibrate_then_validate_end_to_end(tmp_path, cli):
     assert set(data["late_recv"]) == {"2"} and data["late_recv"]["2"] >= 0
     assert set(data["samples"]["shared"]["2"]["late"]) == {"4096", "65536"}  # a late receive by message size
     assert set(data["resume_unit"]) == {"2"} and data["resume_unit"]["2"] > 0  # the unit's time alone
+    # a short compute's resume (the unit's forward after a call and without), where the ranks fit the cores
+    if (os.cpu_count() or 1) >= 2:
+        after, base = shared["resume_forward"]
+        assert data["resume_short"]["2"] == pytest.approx([base / data["slowdown"]["2"], max(after - base, 0.0)])
+        assert 0 < base < data["resume_unit"]["2"]  # a forward: shorter than the unit's forward and backward
     assert len(data["samples"]["shared"]["2"]["pattern"]) == 24  # 4 ops x 3 sizes x (1 call, 4 in a row)
     assert set(data["worker_server"]) == {"2"} and all(v >= 0 for v in data["worker_server"]["2"])
     phases, extras = data["wake_curve"]["2"]  # the call after each length of compute: longer and longer

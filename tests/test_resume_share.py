@@ -37,6 +37,52 @@ def test_a_shorter_compute_pays_its_share_a_longer_one_all_of_it():
     assert topology.resume_cost(6e-4, 8e-3) == pytest.approx(6e-4)  # not more than measured
 
 
+def test_through_a_short_computes_point_the_resume_is_a_curve():
+    """With a short compute's point (``resume_short``) the resume rises through it to the unit's and stays
+    level; a point paid more than the unit is held to the unit's; a point not shorter than the unit is not
+    used (the share); and ``resume_point`` makes the point from the loops' means."""
+    topology = Topology("t")
+    topology.resume_unit, topology.resume_short = 2e-3, (4e-4, 3e-4)
+    assert topology.resume_cost(6e-4, 0.0) == 0.0
+    assert topology.resume_cost(6e-4, 2e-4) == pytest.approx(1.5e-4)  # half the point's
+    assert topology.resume_cost(6e-4, 4e-4) == pytest.approx(3e-4)
+    assert topology.resume_cost(6e-4, 1.2e-3) == pytest.approx(4.5e-4)  # half way to the unit's
+    assert topology.resume_cost(6e-4, 5e-3) == pytest.approx(6e-4)
+    topology.resume_short = (4e-4, 9e-4)
+    assert topology.resume_cost(6e-4, 4e-4) == pytest.approx(6e-4)
+    assert topology.resume_cost(6e-4, 1e-3) == pytest.approx(6e-4)
+    topology.resume_short = (3e-3, 1e-4)
+    assert topology.resume_cost(6e-4, 5e-4) == pytest.approx(1.5e-4)
+    from simpar.calibrate import resume_point
+
+    assert resume_point(7e-4, 5e-4, 1.25) == pytest.approx([4e-4, 2e-4])
+    assert resume_point(4e-4, 5e-4, 1.0) == [5e-4, 0.0]  # never less than nothing
+
+
+def test_the_point_is_the_profiles_for_its_world_alone_and_tp_pays_more_with_it():
+    """A profile's ``resume_short`` reaches the topology of its world only (measured where the ranks fit the
+    cores); tp's pieces (shorter than the unit) pay the curve's price, each compute after a call
+    ``resume_cost`` of its time, more in sum than the straight share; the fast path agrees."""
+    profile = _profile(1.5e-3)
+    profile.resume_short = {"2": [4e-4, 4e-4]}
+    assert profile.topology(2, "fp32").resume_short == (4e-4, 4e-4)
+    profile.ring["4"] = [50e-6, 2e9]
+    assert profile.topology(4, "fp32").resume_short is None
+    scenario = make_scenario(model("tiny-deep"), "tp", 2, micro_batch=2, precision="fp32", topology="cpu-host")
+    plan = build_plan(scenario)
+    curve = profile.topology(2, "fp32")
+    costs, straight = OpCosts(plan, scenario, curve), OpCosts(plan, scenario, _profile(1.5e-3).topology(2, "fp32"))
+    paid = []
+    for pi, prog in enumerate(plan.programs):
+        for op in prog.ops:
+            if isinstance(op, Compute) and isinstance(_before(prog, op), Collective):
+                assert costs.resume(pi, op) == pytest.approx(curve.resume_cost(6e-4, costs.compute_time(prog, op)))
+                paid.append((costs.resume(pi, op), straight.resume(pi, op)))
+    assert paid and sum(c for c, _ in paid) > sum(s for _, s in paid)
+    full = simulate(scenario, topology=curve).step_time_s
+    assert simulate(scenario, topology=curve, fast=True).step_time_s == pytest.approx(full, rel=1e-9)
+
+
 @pytest.mark.parametrize("strategy, kwargs", [("tp", {}), ("pp", {"microbatches": 4}), ("zero3", {})])
 def test_every_compute_after_a_call_pays_its_share_and_the_fast_path_agrees(strategy, kwargs):
     """Each compute right after a collective or send pays resume x min(its time / unit, 1) (less than whole

@@ -84,12 +84,10 @@ def wake_curve(ranks: list[dict], kind: str = "") -> tuple[list[float], list[flo
     return phases, extras, {"phase_s": phases, "call_s": calls}
 
 
-def resume_point(phases: list[dict], slowdown: float) -> list[float]:
-    """[seconds alone of phase_worker's short forward, what it pays more right after a call]: its time in the
-    loop without calls (every rank at once, over ``slowdown``) and the mean difference of the two loops, at
-    least 0 (every rank's forwards)."""
-    after = statistics.fmean(t for p in phases for t in p["resume_forward"])
-    base = statistics.fmean(t for p in phases for t in p["resume_forward_base"])
+def resume_point(after: float, base: float, slowdown: float) -> list[float]:
+    """[seconds alone of phase_worker's short forward, what it pays more right after a call], from its mean
+    time right after a call and in the loop without calls (every rank at once): the latter over ``slowdown``,
+    and their difference, at least 0."""
     return [base / slowdown, max(after - base, 0.0)]
 
 
@@ -167,8 +165,10 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
         # an all-reduce paid ~0.1 ms where this unit paid 0.61 ms, on 2 ranks; docs/calibration.md)
         unit_alone[str(world)] = statistics.fmean(t for r in ranks for t in r["relay"]["again"])
         # ... and a short compute of the executor's kind pays nearly as much: a point on the way (phase_worker)
-        if "resume_forward" in ranks[0]["phases"]:
-            resume_short[str(world)] = resume_point([r["phases"] for r in ranks], slowdown[str(world)])
+        forwards = {key: statistics.fmean(t for r in ranks for t in r["phases"][key])
+                    for key in ("resume_forward", "resume_forward_base") if key in ranks[0]["phases"]}
+        if forwards:
+            resume_short[str(world)] = resume_point(*forwards.values(), slowdown[str(world)])
         gathers = [statistics.median(r["ring"][i]["seconds"] for r in ranks) for i in range(len(RING_SIZES))]
         # back to back, an all-gather of S bytes is k - 1 ring steps of S / k bytes: one step's latency and
         # bandwidth with nothing before it, kept to show what the step's pattern adds (README, calibration)
@@ -219,7 +219,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
                               "wake_fitted_with_the_steps": fit_collective_costs(ring_rows)[0],
                               "pattern_compute_without_calls": without, "burst_together": burst["together"],
                               "burst_own": burst["own"], "burst_own_ratio": burst["own_ratio"],
-                              "burst_ratio": burst["ratio"],
+                              "burst_ratio": burst["ratio"], "resume_forward": list(forwards.values()),
                               "relay": ranks[0]["relay"], "phases": phases,
                               "short_calls": [list(c) for c in short_calls],
                               "late": {size: statistics.fmean(t for r in ranks for t in r["late"][size])

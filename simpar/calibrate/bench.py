@@ -166,8 +166,12 @@ def pattern_worker(ctx, sizes: list[int], repeats: int, rounds: int = 5) -> dict
 # units computed before a call in phase_worker's loops: one (what the wake is measured after) to a whole
 # data-parallel step (tiny-deep's 2-rank DDP step computes about 24 units' worth before its last call)
 PHASE_UNITS = (1, 4, 8, 16, 32)
-SHORT_PHASE = 3e-4  # seconds (alone) of phase_worker's short compute: a tensor-parallel piece's; and a longer one,
-SHORT_LOOPS = {"short": SHORT_PHASE, "mid": 8e-4}  # as tp's calls rose 1.1-1.7 ms a ms from 0.4 to 0.7 ms of it
+SHORT_PHASE = 3e-4  # seconds (alone) of a tensor-parallel piece's compute (short_calls.py's products)
+# phase_worker's short compute: the unit's forward once (0.35-0.45 ms alone: a tensor-parallel piece's), and twice,
+# as tp's calls rose 1.1-1.7 ms a ms from 0.4 to 0.7 ms of it; of the executor's kind, as tp's pieces are: a call
+# after small matrix products of the same length costs less (the ranks arrive 0.10-0.24 ms apart after 0.2-0.3 ms
+# of them, 0.21-0.42 ms after the forward: 2 ranks, 16 KiB, 2026-11-27), and they pay no resume
+SHORT_LOOPS = {"short": 1, "mid": 2}
 # repetitions of the short loop a round, and how many of its first are not kept: right after the long loops
 # and a barrier a call is slow for about five repetitions (2 ranks, 256 KiB: 2.2-2.4 ms, then 1.0-1.1 by the
 # sixth; caches cold after the time away from the calls, as the once-a-step units' are), where tp's calls
@@ -193,17 +197,17 @@ def phase_worker(ctx, size: int, seconds: float = 8.0, repeats: int = 3, ps_size
     its all-reduce 4-17 ms apart. At 2 ranks they drift apart while their cores run at different speeds:
     each vCPU of the development VM flips between a fast and a slow state for 0.25-6.5 s at a time
     (benchmarks/host_speed.py); seconds of rounds average the states.
-    "short" and "mid" (``SHORT_LOOPS``): a short compute, then one call, as tensor parallelism's pieces and
-    calls follow each other ([start, compute end, call end]), ``SHORT_REPS`` a round, the first
-    ``SHORT_WARMUP`` not kept (cold after the long loops). A call after a short compute costs less than after
-    a unit: at 2 ranks a 4 KiB all-reduce cost 0.9 ms back to back, 0.8 after 0.1 ms of compute, 1.7 after
-    0.3, 2.4 after 0.6, 2.8 after 1.1 and 3.2 after the unit (2.1 ms), mean of 150.
-    "resume_forward" and "resume_forward_base": [s of each forward] of the unit's forward alone (0.35-0.45 ms)
-    at the short loops' pace, right after a call and without calls, where the ranks fit the cores: what a
-    short compute of the executor's kind pays after a call (``resume_curve``). At 2 ranks it paid 0.10-0.18 ms,
-    about what the whole unit pays (0.16-0.21 ms): the rank computes slower for the first few tenths of a
-    millisecond after a call. The short loops' products pay 0.01-0.02 ms: the slower start is the executor's
-    kind of work (many small ops through Python and autograd), not the products' (2026-11-27)."""
+    "short" and "mid" (``SHORT_LOOPS``): the unit's forward once or twice, then one call, as tensor
+    parallelism's pieces and calls follow each other ([start, compute end, call end]), ``SHORT_REPS`` a round,
+    the first ``SHORT_WARMUP`` not kept (cold after the long loops). A call after a short compute costs less
+    than after a unit: at 2 ranks a 4 KiB all-reduce cost 0.9 ms back to back, 0.8 after 0.1 ms of compute
+    (products), 1.7 after 0.3, 2.4 after 0.6, 2.8 after 1.1 and 3.2 after the unit (2.1 ms), mean of 150.
+    "resume_forward" and "resume_forward_base" (where the ranks fit the cores): [s of each forward] of the
+    short loop, right after its calls, and of a loop of the same forwards without calls: what a short compute
+    of the executor's kind pays after a call (``resume_short``). At 2 ranks it paid 0.10-0.18 ms, about what
+    the whole unit pays (0.16-0.21 ms): the rank computes slower for the first few tenths of a millisecond
+    after a call. Small matrix products pay at most 0.02 ms: the slower start is the executor's kind of work
+    (many small ops through Python and autograd), not the products' (2026-11-27)."""
     comm, group = CountingComm(ctx.rank), list(range(ctx.world))
     unit = _unit_burst()
     flat = torch.zeros(max(size // 4, ctx.world))
@@ -212,11 +216,12 @@ def phase_worker(ctx, size: int, seconds: float = 8.0, repeats: int = 3, ps_size
         pushed = torch.zeros(max(ps_size // 4, ctx.world))
         calls.update({f"ps{units}": lambda: comm.ps_all_reduce(pushed, group) for units in PHASE_UNITS})
     marks: dict[str, list[list[float]]] = {key: [] for key in calls}
-    shorts = {key: _short_burst(seconds) for key, seconds in SHORT_LOOPS.items()}
-    # the resume of a short compute of the executor's kind (the unit's forward) at the short loops' pace, with
-    # and without the call after it, where the ranks fit the cores (more of them: time slices, not a resume)
-    forward = _unit_burst(backward=False) if ctx.world <= (os.cpu_count() or 1) else None
-    resumed: dict[str, list[float]] = {"resume_forward": [], "resume_forward_base": []} if forward else {}
+    forward = _unit_burst(backward=False)
+    shorts = {key: (lambda times=times: [forward() for _ in range(times)]) for key, times in SHORT_LOOPS.items()}
+    # the resume of the short loop's forward: each right after a call there, and in a loop without calls, where
+    # the ranks fit the cores (more of them: time slices, not a resume)
+    resumed: dict[str, list[float]] = ({"resume_forward": [], "resume_forward_base": []}
+                                       if ctx.world <= (os.cpu_count() or 1) else {})
     for _ in range(3):  # warm up: a fresh process's first backward takes tens of milliseconds
         unit()
     comm.ring_all_reduce(flat, group)  # and the connections
@@ -236,16 +241,15 @@ def phase_worker(ctx, size: int, seconds: float = 8.0, repeats: int = 3, ps_size
                 ends.append(time.perf_counter())
                 if not short or rep >= SHORT_WARMUP:
                     marks[key].append(ends)
-        for key in resumed:
+                    if key == "short" and resumed:
+                        resumed["resume_forward"].append(ends[1] - ends[0])
+        if resumed:
             dist.barrier()
             for rep in range(SHORT_REPS):
                 start = time.perf_counter()
                 forward()
-                took = time.perf_counter() - start
-                if key == "resume_forward":
-                    comm.ring_all_reduce(flat, group)
                 if rep >= SHORT_WARMUP:
-                    resumed[key].append(took)
+                    resumed["resume_forward_base"].append(time.perf_counter() - start)
         more.fill_(float(time.perf_counter() - began < seconds))
         dist.broadcast(more, 0)  # rank 0's clock decides for all, so every rank runs the same rounds
     return {**marks, **resumed}

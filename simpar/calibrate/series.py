@@ -20,6 +20,7 @@ import time
 
 SERIES = 4  # calls in a row after a unit's compute in pattern_worker's rows (and 1): the step latency's fit
 SERIES_SECONDS = 6.0  # how long series_worker times its series (at the default repeats)
+SERIES_COMPUTE = 8e-4  # seconds (alone) of the products before each of series_worker's series: a layer's piece
 
 
 def _calls(marks: list[list[float]]) -> list[float]:
@@ -90,7 +91,7 @@ def timed_series(compute, calls: list, seconds: float, after=None) -> list[list[
 
 def series_worker(ctx, seconds: float = SERIES_SECONDS) -> dict:
     """The executor's own series: tiny-deep under ZeRO-3 on ``ctx.world`` ranks (``RankExecutor``, after
-    three steps), a compute of about a layer's piece (phase_worker's "mid" burst, ``SHORT_LOOPS``), then the
+    three steps), a compute of about a layer's piece (``SERIES_COMPUTE`` of small products), then the
     gathers of the third layer's modules that come before its forward, each through the executor's own
     collective code, every rank at once, repeated (the modules released again after each) until ``seconds``
     have passed. {"series": [[compute end, each call's end] per repetition, clock times], "compute": mean
@@ -98,7 +99,7 @@ def series_worker(ctx, seconds: float = SERIES_SECONDS) -> dict:
     ms each at 2 ranks in the executor's step), not a unit's forward and backward: after the unit (2 ms) the
     series' first gather took 1.34-1.36 ms and its second to fourth 0.69-0.73; after 0.8 ms of compute
     0.67-0.74 and 0.58-0.63; in the executor's step (40 steps, per op) 0.79 and 0.58 (2 ranks, 2026-11-27)."""
-    from simpar.calibrate.bench import SHORT_LOOPS, _short_burst
+    from simpar.calibrate.bench import _short_burst
     from simpar.models import model
     from simpar.plan import Collective, Compute
     from simpar.real.executor import RankExecutor
@@ -113,7 +114,7 @@ def series_worker(ctx, seconds: float = SERIES_SECONDS) -> dict:
         layer = next(i for i, op in enumerate(ops) if isinstance(op, Compute) and op.unit == 3 and op.phase == "fwd")
         start = max(i for i, op in enumerate(ops[:layer]) if isinstance(op, Compute))
         gathers = [op for op in ops[start:layer] if isinstance(op, Collective)]
-        burst, took = _short_burst(SHORT_LOOPS["mid"]), []
+        burst, took = _short_burst(SERIES_COMPUTE), []
 
         def compute():
             began = time.perf_counter()

@@ -10,11 +10,13 @@ every rank at once: small matrix products (calibration's short burst, about 0.3 
 (``_unit_burst``: what ``resume`` is measured on); then tp's pieces of ``--model``'s layers (the executor's
 ``TensorParallelModel``: each piece with its continuation, as the executor counts it) with their real
 all-reduces against completing them locally. Prints each one's mean time without and after the calls and the
-difference. On the 2-core development VM (2026-11-27, 20:xx, 2 ranks): the products paid 0.01-0.02 ms, the
-unit's forward (0.35-0.42 ms) 0.10-0.18 ms, the unit (1.1-1.35 ms) 0.16-0.26, tp's pieces 0.09-0.14 ms
-each (forward 0.15-0.22 ms, backward 0.30-0.44 ms without calls): the rank computes slower for the first
-few tenths of a millisecond after a call, work of the executor's kind (many small ops through Python and
-autograd), not the products' (docs/calibration.md, "The resume is paid at first").
+difference. On the 2-core development VM (2026-11-27, 21:0x, 2 ranks, 8 and 16 rounds): the products paid
+0.03 ms, the unit's forward (0.42-0.58 ms) 0.04-0.09 ms, the unit (1.2-1.6 ms) -0.15 and +0.24 ms (its runs
+the noisiest), tp's pieces 0.13-0.14 ms forward (0.21-0.23 ms without calls) and 0.19-0.23 ms backward (0.40-0.46
+ms): the rank computes slower for the first few tenths of a millisecond after a call, work of the executor's
+kind (many small ops through Python and autograd) far more than the products (docs/calibration.md, "The
+resume is paid at first"). The scripts it grew from (19:5x-20:0x) read the forward 0.10-0.18 ms, the unit
+0.16-0.26 (0.61 once) and the products at most 0.02.
 """
 
 from __future__ import annotations

@@ -189,3 +189,19 @@ def test_the_own_pace_benchmark_sets_each_ranks_own_time_against_its_core_alone(
     assert s["rounds"] == 2 and s["alone"] == pytest.approx(1.5) and s["own"] == pytest.approx(1.5)
     assert s["slowest"] == 2.0 and s["own_over_alone"] == pytest.approx(1.0)
     assert s["all_over_own"] == pytest.approx(2.2 / 1.5)
+
+
+def test_the_resume_benchmark_sets_each_compute_after_a_call_against_it_without_calls():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parents[1] / "benchmarks" / "resume_after_call.py"
+    spec = importlib.util.spec_from_file_location("resume_after_call", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    # two ranks: the forward pays 1 more after a call on rank 0 and 3 on rank 1; the products nothing
+    rank0 = {"forward": {"alone": [4.0, 4.0], "after": [5.0, 5.0]}, "products": {"alone": [2.0], "after": [2.0]}}
+    rank1 = {"forward": {"alone": [6.0], "after": [9.0]}, "products": {"alone": [2.0], "after": [2.0]}}
+    s = bench.summary([rank0, rank1])
+    assert s["forward"] == pytest.approx((14 / 3, 19 / 3, 5 / 3))
+    assert s["products"] == (2.0, 2.0, 0.0)

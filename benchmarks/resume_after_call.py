@@ -56,7 +56,6 @@ def computes(ctx, rounds: int) -> dict[str, dict[str, list[float]]]:
 def pieces(ctx, rounds: int, name: str, batch: int) -> dict[str, dict[str, list[float]]]:
     """tp's layer pieces, forward and backward, each with its continuation(s): {"fwd": {"alone": [s], "after":
     [s]}, "bwd": ...}, "after" with the executor's ring all-reduce between a piece and its continuation."""
-    import torch
     import torch.distributed as dist
 
     from simpar.models import model

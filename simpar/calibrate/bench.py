@@ -168,9 +168,8 @@ def pattern_worker(ctx, sizes: list[int], repeats: int, rounds: int = 5) -> dict
 PHASE_UNITS = (1, 4, 8, 16, 32)
 SHORT_PHASE = 3e-4  # seconds (alone) of a tensor-parallel piece's compute (short_calls.py's products)
 # phase_worker's short compute: the unit's forward once (0.35-0.45 ms alone: a tensor-parallel piece's), and twice,
-# as tp's calls rose 1.1-1.7 ms a ms from 0.4 to 0.7 ms of it; of the executor's kind, as tp's pieces are: a call
-# after small matrix products of the same length costs less (the ranks arrive 0.10-0.24 ms apart after 0.2-0.3 ms
-# of them, 0.21-0.42 ms after the forward: 2 ranks, 16 KiB, 2026-11-27), and they pay no resume
+# as tp's calls rose 1.1-1.7 ms a ms from 0.4 to 0.7 ms of it; the kind of work tp's pieces are, their resume
+# included, where small matrix products pay none (docs/calibration.md, "The short loops compute what tp computes")
 SHORT_LOOPS = {"short": 1, "mid": 2}
 # repetitions of the short loop a round, and how many of its first are not kept: right after the long loops
 # and a barrier a call is slow for about five repetitions (2 ranks, 256 KiB: 2.2-2.4 ms, then 1.0-1.1 by the

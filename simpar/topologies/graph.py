@@ -194,7 +194,7 @@ class Topology:
         of ``resume_unit`` seconds: the curve through (0, 0), ``resume_short`` (held to at most ``latency``)
         and (``resume_unit``, ``latency``), level beyond; without ``resume_short`` the share it lasts of the
         unit. A curve, as a rank computes slower mostly at first: at 2 ranks tp's pieces (0.15-0.4 ms) paid
-        0.10-0.14 ms each after their all-reduces where the unit (1.5 ms) paid 0.19 (docs/calibration.md)."""
+        0.09-0.23 ms each after their all-reduces where the unit (1.5 ms) paid 0.19 (docs/calibration.md)."""
         if self.resume_unit <= 0:
             return latency
         if self.resume_short and 0.0 < self.resume_short[0] < self.resume_unit:

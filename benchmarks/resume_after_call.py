@@ -58,6 +58,7 @@ def pieces(ctx, rounds: int, name: str, batch: int) -> dict[str, dict[str, list[
     [s]}, "bwd": ...}, "after" with the executor's ring all-reduce between a piece and its continuation."""
     import torch.distributed as dist
 
+    from simpar.calibrate.tp_bench import step_pieces
     from simpar.models import model
     from simpar.real.comm import CountingComm
     from simpar.real.model import build_model, synthetic_batch
@@ -88,20 +89,9 @@ def pieces(ctx, rounds: int, name: str, batch: int) -> dict[str, dict[str, list[
         for mode in ("alone", "after"):
             dist.barrier()
             for step in range(10):
-                inputs, outputs = {}, {}
-                for unit in range(len(shard.units)):
-                    x = ids if unit == 0 else outputs[(unit - 1, 0)].detach().requires_grad_()
-                    inputs[unit] = x
-                    for half in range(shard.pieces(unit)):
-                        start = time.perf_counter()
-                        reduction = shard.forward_piece(unit, 0, half, x, targets, 1.0, outputs)
-                        timed("fwd", unit, start, reduction, mode, step >= 2)
-                for unit in reversed(range(len(shard.units))):
-                    grad = inputs[unit + 1].grad if unit + 1 < len(shard.units) else None
-                    for half in range(shard.pieces(unit)):
-                        start = time.perf_counter()
-                        timed("bwd", unit, start, shard.backward_piece(unit, 0, half, grad), mode, step >= 2)
-                shard.zero_grad(set_to_none=True)
+                for phase, unit, piece in step_pieces(shard, ids, targets):
+                    start = time.perf_counter()
+                    timed(phase, unit, start, piece(), mode, step >= 2)
     return times
 
 

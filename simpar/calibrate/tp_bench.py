@@ -29,6 +29,25 @@ PHASES = ("fwd", "bwd")
 TP = 2  # the shard timed: a piece at tp=2 (at more ranks a piece is smaller, its Python the same)
 
 
+def step_pieces(shard, ids, targets):
+    """Each piece of one step of a ``TensorParallelModel`` shard (micro-batch 0), in the executor's order, as
+    (phase, unit, piece): ``piece()`` computes it and returns its pending reduction, which the caller completes
+    before asking for the next (a unit's input, or its output's gradient, is the previous piece's result).
+    Zeroes the gradients after the last."""
+    inputs, outputs = {}, {}
+    for unit in range(len(shard.units)):
+        x = ids if unit == 0 else outputs[(unit - 1, 0)].detach().requires_grad_()
+        inputs[unit] = x
+        for half in range(shard.pieces(unit)):
+            yield "fwd", unit, lambda unit=unit, half=half, x=x: shard.forward_piece(unit, 0, half, x, targets, 1.0,
+                                                                                    outputs)
+    for unit in reversed(range(len(shard.units))):
+        grad = inputs[unit + 1].grad if unit + 1 < len(shard.units) else None
+        for half in range(shard.pieces(unit)):
+            yield "bwd", unit, lambda unit=unit, half=half, grad=grad: shard.backward_piece(unit, 0, half, grad)
+    shard.zero_grad(set_to_none=True)
+
+
 def tp_piece_worker(ctx, models: list[str], batches: list[int], repeats: int) -> list[dict]:
     """Per model and micro-batch: {"model", "batch", "fwd": [s], "bwd": [s], "embedding_fwd": s, "head_fwd": s,
     "head_bwd": s, "embedding_bwd": s}: the mean seconds of each layer piece (attention, then MLP forward; MLP,
@@ -53,23 +72,11 @@ def tp_piece_worker(ctx, models: list[str], batches: list[int], repeats: int) ->
             ids, targets = synthetic_batch(spec, b, 0)
             timed = {"fwd": [], "bwd": [], **{f"{kind}_{phase}": [] for kind in ends.values() for phase in PHASES}}
             for step in range(repeats + 2):
-                inputs, outputs = {}, {}
-                for unit in range(len(shard.units)):
-                    x = ids if unit == 0 else outputs[(unit - 1, 0)].detach().requires_grad_()
-                    inputs[unit] = x
-                    for half in range(shard.pieces(unit)):
-                        start = time.perf_counter()
-                        complete(shard.forward_piece(unit, 0, half, x, targets, 1.0, outputs))
-                        if step >= 2:
-                            timed["fwd" if unit in layers else f"{ends[unit]}_fwd"].append(time.perf_counter() - start)
-                for unit in reversed(range(len(shard.units))):
-                    grad = inputs[unit + 1].grad if unit + 1 < len(shard.units) else None
-                    for half in range(shard.pieces(unit)):
-                        start = time.perf_counter()
-                        complete(shard.backward_piece(unit, 0, half, grad))
-                        if step >= 2:
-                            timed["bwd" if unit in layers else f"{ends[unit]}_bwd"].append(time.perf_counter() - start)
-                shard.zero_grad(set_to_none=True)
+                for phase, unit, piece in step_pieces(shard, ids, targets):
+                    start = time.perf_counter()
+                    complete(piece())
+                    if step >= 2:
+                        timed[phase if unit in layers else f"{ends[unit]}_{phase}"].append(time.perf_counter() - start)
             per_step = 2 * len(layers)
             rows.append({"model": name, "batch": b,
                          **{phase: [statistics.fmean(timed[phase][i::per_step]) for i in range(per_step)]

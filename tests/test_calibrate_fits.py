@@ -128,13 +128,16 @@ def test_between_ops_is_the_steps_time_outside_every_timed_op_per_op_of_the_plan
     assert between_ops(7e-3, timeline, 40) == 0.0
 
 
-def test_the_wake_curve_is_the_square_root_fit_of_each_loops_call_beyond_the_first_loops():
+def test_the_wake_curve_is_the_rise_of_a_root_and_line_fit_of_each_loops_call():
     """Two ranks, clock times in ms, [compute start, compute end, call end], a loop per length of compute
-    (3, 13, 23, 33, 43 ms on average): calls on 4 + 2 sqrt(compute in ms) ms come back as the fit's rise from
-    the first loop exactly; the same calls with the third loop's dipped and the fourth's raised by as much
-    (noise) give the least-squares slope, not the points; calls that fall give a flat curve, never below 0."""
+    (3, 13, 23, 33, 43 ms on average): calls on 4 + 2 sqrt(compute in ms) ms (a random walk's lag), on
+    4 + 0.15 compute (a drift: cores at different speeds) and on their sum come back as the fit's rise from
+    the first loop exactly (a square root alone fitted on the line over-states its middle); the root's calls
+    with the third loop's dipped and the fourth's raised by as much (noise) give a least-squares curve, not the
+    points; calls that fall give a flat curve, never below 0."""
     from simpar.calibrate import PHASE_UNITS, wake_curve
     from simpar.calibrate.bench import phase_cost
+    from simpar.calibrate.lag import rise_fit
 
     ms = lambda *t: [x * 1e-3 for x in t]
     assert len(PHASE_UNITS) == 5 and PHASE_UNITS[0] == 1
@@ -159,12 +162,32 @@ def test_the_wake_curve_is_the_square_root_fit_of_each_loops_call_beyond_the_fir
     assert record["call_s"] == pytest.approx(ms(*exact))
     assert wake_curve(ranks, "ps")[1] == pytest.approx([e / 2 for e in rise])
 
+    line = [0.15e-3 * (c - 3) for c in computes]
+    assert wake_curve(ranks_with([4 + 0.15 * c for c in computes]))[1] == pytest.approx(line, abs=1e-12)
+    root_alone = np.polyfit(np.sqrt(computes), [4 + 0.15 * c for c in computes], 1)[0] * (23 ** 0.5 - 3 ** 0.5)
+    assert root_alone > 1.1 * 0.15 * 20  # what the square root alone read in the middle: over
+    both = wake_curve(ranks_with([a + 0.15 * c for a, c in zip(exact, computes)]))[1]
+    assert both == pytest.approx([r + l for r, l in zip(rise, line)], abs=1e-12)
+
     noisy = [c + d for c, d in zip(exact, [0.0, 0.0, -1.5, 1.5, 0.0])]
-    slope = np.polyfit(np.sqrt(ms(*computes)), ms(*noisy), 1)[0]
     extras = wake_curve(ranks_with(noisy))[1]
-    assert extras == pytest.approx([slope * (np.sqrt(c * 1e-3) - np.sqrt(3e-3)) for c in computes])
+    assert extras == pytest.approx(rise_fit(ms(*computes), ms(*noisy)))
     assert extras[2] > 0 and extras != pytest.approx([(n - noisy[0]) * 1e-3 for n in noisy])
+    assert all(b >= a for a, b in zip(extras, extras[1:]))  # both terms rise: the curve never falls
     assert wake_curve(ranks_with([10, 9, 8, 7, 6]))[1] == [0.0] * 5
+
+
+def test_the_rise_fit_is_the_least_squares_fit_over_the_terms_that_come_out_non_negative():
+    """Calls that fit the root and line terms best with a negative root (a curve bending up) are fitted on the
+    line alone: the result equals the least-squares line's rise, and beats the root alone's squared error."""
+    from simpar.calibrate.lag import rise_fit
+
+    x = np.array([1.0, 4.0, 9.0, 16.0, 25.0])
+    y = 1.0 + 0.01 * x ** 2  # bends up: the unconstrained fit wants a negative root
+    unconstrained = np.linalg.lstsq(np.column_stack([np.ones(5), np.sqrt(x), x]), y, rcond=None)[0]
+    assert unconstrained[1] < 0
+    slope, intercept = np.polyfit(x, y, 1)
+    assert rise_fit(list(x), list(y)) == pytest.approx([slope * (v - x[0]) for v in x])
 
 
 def test_the_embeddings_backward_is_fitted_an_overhead_and_a_cost_per_element_of_its_table():

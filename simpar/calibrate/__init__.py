@@ -22,6 +22,7 @@ import numpy as np
 from simpar.calibrate.bench import (PATTERN_OPS, PHASE_UNITS, SHORT_LOOPS, burst_worker, host_worker,
                                    pattern_worker, phase_cost, phase_worker, ring_worker)
 from simpar.calibrate.compute_bench import compute_worker
+from simpar.calibrate.lag import wake_curve
 from simpar.calibrate.pipeline_bench import late_recv_cost, late_worker, relay_worker
 from simpar.calibrate.cold import COLD_KINDS, TAUS
 from simpar.calibrate.profile import (HardwareProfile, fit_collective_costs, fit_line, fit_unit_costs, machine_id,
@@ -64,24 +65,6 @@ def _both(ctx, precision: str, repeats: int) -> dict:
             "relay": relay_worker(ctx, 3 * repeats),
             "late": late_worker(ctx, 10 * repeats),
             "phases": phase_worker(ctx, PHASE_SIZE, PHASE_SECONDS * repeats / 10, ps_size=PATTERN_SIZES[-1])}
-
-
-def wake_curve(ranks: list[dict], kind: str = "") -> tuple[list[float], list[float], dict]:
-    """(the compute before the call after each of ``PHASE_UNITS``' loops of ``phase_worker``, seconds, and
-    what the call costs beyond the call after the first, shortest, loop, the record): how a call's cost grows
-    with the compute before it (``kind`` "ps": the Worker-Server all-reduce's loops). What it grows by is the
-    ranks' lag behind each other, which grows as a random walk's, as the square root of the compute: the
-    calls are fitted ``a + k sqrt(compute)`` (least squares over the five loops, ``k`` at least 0) and the
-    curve is that fit's rise from the first loop. Read point by point (each the call beyond the first, held
-    from falling) the curve took each loop's noise whole: at 2 ranks the point after 8 units read 0.57 to 2.76
-    ms across six calibrations of one hour, and holding it from falling raised every dip (docs/calibration.md).
-    The record keeps the calls as measured."""
-    points = [phase_cost([r["phases"][f"{kind}{units}"] for r in ranks]) for units in PHASE_UNITS]
-    phases, calls = [p for p, _ in points], [c for _, c in points]
-    root = np.sqrt(phases)
-    slope = max(float(np.polyfit(root, calls, 1)[0]), 0.0) if len(set(phases)) > 1 else 0.0
-    extras = [slope * float(r - root[0]) for r in root]
-    return phases, extras, {"phase_s": phases, "call_s": calls}
 
 
 def resume_point(after: float, base: float, slowdown: float) -> list[float]:

@@ -40,7 +40,7 @@ from simpar.topologies.graph import Topology
 if TYPE_CHECKING:
     from simpar.calibrate.gpu_profile import GPUProfile
 
-VERSION = 17
+VERSION = 18
 UNIT_KINDS = ("embedding", "layer", "head")
 
 

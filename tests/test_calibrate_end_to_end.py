@@ -81,6 +81,13 @@ def test_calibrate_then_validate_end_to_end(tmp_path, cli):
     assert all(0 < r["concat_s"] < r["step_s"] for r in data["samples"]["compute"])
     assert len(data["step_concat"]["fp32"]) == 2 and min(data["step_concat"]["fp32"]) >= 0
     assert "gradients concatenated first" in result.stdout
+    # Adam split into tensors beside one tensor of as many parameters: what ZeRO-3's one shard per unit pays
+    from simpar.calibrate import adam_per_tensor
+    from simpar.calibrate.bench import ADAM_TENSORS
+
+    split = [s for s in data["samples"]["host"]["steps"] if s.get("tensors")]
+    assert [s["tensors"] for s in split] == [ADAM_TENSORS]
+    assert data["optimizer_tensor"] == pytest.approx(adam_per_tensor(data["samples"]["host"]["steps"]))
     row = data["samples"]["compute"][0]
     assert len(row["fwd_gaps"]) == 1 and row["fwd_gaps"][0] > 0  # an embedding: one a step, a step apart
     for phase in ("fwd", "bwd"):  # overheads per unit kind (never negative) and a FLOP rate

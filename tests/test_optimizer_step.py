@@ -100,6 +100,33 @@ def test_a_step_that_concatenates_the_held_gradients_pays_for_each_tensor_and_el
         assert Work(scenario).params(units) == 2 * params
 
 
+def test_adams_cost_per_tensor_is_the_split_rows_excess_over_the_one_tensor_line():
+    """host_worker's rows: Adam on one tensor at three sizes (50 us + 4 ns a parameter, the middle one 0.2 ms
+    off the line) and on the middle size split into 10 tensors 0.9 ms dearer than its one-tensor row: 100 us
+    for each tensor beyond the first (against the row of as many parameters, not the line; the line where no
+    row has them). Never below 0; 0 without the split row (older samples)."""
+    line = lambda n: 50e-6 + 4e-9 * n  # noqa: E731
+    one = [{"optimizer": "adam", "params": n, "seconds": line(n) + (2e-4 if n == 2**18 else 0.0)}
+           for n in (2**14, 2**18, 2**20)]
+    split = {"optimizer": "adam", "params": 2**18, "tensors": 10, "seconds": line(2**18) + 2e-4 + 9e-4}
+    assert calibrate.adam_per_tensor(one + [split]) == pytest.approx(100e-6)
+    off_the_rows = {**split, "params": 2**19, "seconds": line(2**19) + 9e-4}
+    assert calibrate.adam_per_tensor([one[0], one[2], off_the_rows]) == pytest.approx(100e-6)
+    assert calibrate.adam_per_tensor(one) == 0.0
+    assert calibrate.adam_per_tensor(one + [{**split, "seconds": 1e-6}]) == 0.0
+
+
+@pytest.mark.parametrize("strategy, tensors", [("ddp", 1), ("zero1", 1), ("zero2", 1), ("zero3", 10), ("pp", 1),
+                                               ("tp", 1)])
+def test_a_step_pays_adams_cost_per_tensor_for_each_tensor_it_steps_beyond_the_first(strategy, tensors):
+    """The executor steps one shard per ZeRO bucket (tiny-deep under ZeRO-3: one per unit, 10), else one flat
+    tensor: the step costs ``optimizer_tensor`` for each beyond the first, exactly, on top of the rest."""
+    plain = _profile(optimizer_step={"fp32": [0.5e-3, 2.3e8]})
+    per_tensor = _profile(optimizer_step={"fp32": [0.5e-3, 2.3e8]}, optimizer_tensor=80e-6)
+    assert _step_seconds(per_tensor, strategy)[0] == pytest.approx(
+        _step_seconds(plain, strategy)[0] + 80e-6 * (tensors - 1))
+
+
 @pytest.mark.parametrize("gpus", [1, 2])
 def test_an_offloaded_step_concatenates_nothing(gpus):
     """The host steps the gradients copied to it (one rank too: nothing is kept on the device)."""

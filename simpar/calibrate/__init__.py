@@ -224,7 +224,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
               for w, (calls, compute_before) in series_calls.items()}
     rates = {}
     for name in ("adam", "sgd"):
-        rows = [s for s in host["steps"] if s["optimizer"] == name]
+        rows = [s for s in host["steps"] if s["optimizer"] == name and "tensors" not in s]
         _, seconds_per_param = fit_line([s["params"] for s in rows], [s["seconds"] for s in rows])
         rates[name] = 1.0 / seconds_per_param if seconds_per_param else 1e10
     _, seconds_per_byte = fit_line([c["bytes"] for c in host["copies"]], [c["seconds"] for c in host["copies"]])
@@ -239,6 +239,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
                               resume_after_recv=resume_after_recv, resume_unit=unit_alone, between_ops=between,
                               resume_short=resume_short,
                               optimizer_params_per_s=rates, optimizer_step={precision: step} if step else {},
+                              optimizer_tensor=adam_per_tensor(host["steps"]),
                               step_concat={precision: concat} if step and concat else {},
                               tensor_work={precision: handling} if handling else {},
                               sharded_work={precision: sharded} if sharded else {},
@@ -310,6 +311,26 @@ def fit_sharded_work(alone: list[dict]) -> dict[str, list[float]]:
     is left out for rows from before it was timed."""
     fits = {kind: fit_tensor_work(alone, f"{kind}_s") for kind in ("gather", "scatter")}
     return {kind: fit for kind, fit in fits.items() if fit}
+
+
+def adam_per_tensor(steps: list[dict]) -> float:
+    """Seconds Adam's step costs per tensor beyond the first, from ``host_worker``'s rows: the split row (its
+    parameters in ``tensors`` tensors) less the one-tensor row of as many parameters (else the one-tensor rows'
+    line there), over the tensors beyond the first; at least 0, and 0 without a split row (older samples)."""
+    one = [s for s in steps if s["optimizer"] == "adam" and "tensors" not in s]
+    split = [s for s in steps if s["optimizer"] == "adam" and s.get("tensors", 1) > 1]
+    if not split or not one:
+        return 0.0
+    row = split[0]
+    same = [s["seconds"] for s in one if s["params"] == row["params"]]
+    if same:
+        whole = same[0]
+    elif len({s["params"] for s in one}) > 1:
+        overhead, seconds_per_param = fit_line([s["params"] for s in one], [s["seconds"] for s in one])
+        whole = overhead + seconds_per_param * row["params"]
+    else:
+        return 0.0
+    return max((row["seconds"] - whole) / (row["tensors"] - 1), 0.0)
 
 
 def fit_optimizer_step(alone: list[dict]) -> list[float]:

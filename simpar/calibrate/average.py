@@ -30,7 +30,8 @@ _AVERAGED = ("compute", "slowdown", "ring", "optimizer_params_per_s", "copy_byte
              "handoff", "send_issue", "resume_after_recv", "wake_growth", "wake_curve", "wake_phase", "between_ops",
              "resume_unit", "worker_server_curve", "optimizer_step", "tensor_work", "embedding_table", "worker_server",
              "wake_short", "sharded_work", "attention_scores", "late_recv", "series_late",
-             "series_level", "series_first", "unit_cold", "tp_piece", "step_concat", "resume_short")
+             "series_level", "series_first", "unit_cold", "tp_piece", "step_concat", "resume_short",
+             "optimizer_tensor")
 
 
 _UNIT_FIT = ("compute", "embedding_table", "attention_scores", "unit_cold")  # fitted together (fit_compute)

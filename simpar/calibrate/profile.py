@@ -229,6 +229,9 @@ class HardwareProfile:
     # precision -> [seconds, params/s] of the executor's optimizer (Adam) step op on one rank, timed inside
     # its step (compute_worker); empty in older profiles: the bare-tensor rate, no overhead
     optimizer_step: dict[str, list[float]] = field(default_factory=dict)
+    # seconds Adam's step costs per tensor it steps beyond the first (host_worker: CPU optimizers step their
+    # tensors one by one): ZeRO-3 steps one shard per unit, the others one tensor; 0 in older profiles
+    optimizer_tensor: float = 0.0
     # precision -> [seconds per parameter tensor, seconds per parameter] of the gradients' concatenation inside
     # that step op (compute_worker: ``handling.concat_timer``), which ``optimizer_step`` then leaves out: ZeRO-2
     # and 3 step their reduced shard, the others flatten every gradient they hold first; empty in older profiles
@@ -335,13 +338,14 @@ class HardwareProfile:
         return float(self._nearest(self.resume_after_recv, world)) if self.resume_after_recv else 0.0
 
     def step_cost(self, precision: str) -> tuple[dict[str, float], float]:
-        """({"step": seconds per step, "concat_tensor", "concat_element": seconds per gradient tensor and element
-        it concatenates first}, params/s) of the executor's optimizer step: as timed inside its step where
-        measured, else Adam's rate on a bare tensor."""
+        """({"step": seconds per step, "step_tensor": per tensor stepped beyond the first, "concat_tensor",
+        "concat_element": seconds per gradient tensor and element it concatenates first}, params/s) of the
+        executor's optimizer step: as timed inside its step where measured, else Adam's rate on a bare tensor."""
         if self.optimizer_step.get(precision):
             overhead, rate = self.optimizer_step[precision]
             per_tensor, per_element = self.step_concat.get(precision) or (0.0, 0.0)
-            return ({"step": float(overhead), "concat_tensor": float(per_tensor),
+            return ({"step": float(overhead), "step_tensor": float(self.optimizer_tensor),
+                     "concat_tensor": float(per_tensor),
                      "concat_element": float(per_element)}, float(rate))
         return {}, self.optimizer_params_per_s.get("adam", 1e8)
 

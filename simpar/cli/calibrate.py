@@ -110,8 +110,9 @@ def _save_and_show(profile, args, precision: str, what: str = "") -> int:
                              if f"{kind}_{phase}" in pieces)
             print(f"  {'':<10} a tensor-parallel piece of a layer: +{units.human_time(pieces[phase])} beyond its share "
                   f"of the layer" + (f"; the vocabulary-parallel {ends}" if ends else ""))
-    print(f"  optimizer  Adam {profile.optimizer_params_per_s['adam'] / 1e6:,.0f} M params/s on a bare tensor, "
-          f"copies {units.human_rate(profile.copy_bytes_per_s)}")
+    print(f"  optimizer  Adam {profile.optimizer_params_per_s['adam'] / 1e6:,.0f} M params/s on a bare tensor"
+          + (f" + {units.human_time(profile.optimizer_tensor)} per tensor beyond the first"
+             if profile.optimizer_tensor else "") + f", copies {units.human_rate(profile.copy_bytes_per_s)}")
     if profile.optimizer_step.get(precision):
         overhead, rate = profile.optimizer_step[precision]
         print(f"  step op    {units.human_time(overhead)} + parameters at {rate / 1e6:,.0f} M params/s "

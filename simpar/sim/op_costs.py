@@ -195,6 +195,15 @@ class OpCosts:
         return per_tensor * sum(spec.unit_tensors(spec.unit_kind(u)) for u in units) + per_element * work.params(units)
 
     @staticmethod
+    def _stepped_tensors(prog) -> int:
+        """How many tensors the executor's optimizer steps on a program's rank: one shard per ZeRO bucket (the
+        units each data-parallel reduce-scatter reduces: ZeRO-3 one per unit, ZeRO-1 and 2 one for all), else
+        every parameter it holds in one flat tensor (``ModelStates``)."""
+        buckets = {op.units for op in prog.ops if isinstance(op, Collective) and op.op == "reducescatter"
+                   and op.group != "tp"}
+        return max(len(buckets), 1)
+
+    @staticmethod
     def _held_units(prog) -> set[int]:
         """The units whose parameters a program's rank holds: those it computes."""
         return {op.unit for op in prog.ops if isinstance(op, Compute) and op.unit >= 0}
@@ -253,7 +262,8 @@ class OpCosts:
         if self.gpu.costs is not None:  # a calibrated profile: the framework's overhead, then the work
             overheads, rate = self.gpu.costs[op.phase]
             if op.phase == "step":  # one optimizer step of the rank's parameters, whatever units they are
-                return overheads.get("step", 0.0) + op.params / rate + self._step_concat(prog, overheads)
+                return (overheads.get("step", 0.0) + op.params / rate + self._step_concat(prog, overheads)
+                        + overheads.get("step_tensor", 0.0) * (self._stepped_tensors(prog) - 1))
             overhead = overheads.get(kind, 0.0) * self._overhead_share(kind, op) if op.part else overheads.get(kind, 0.0)
             if kind == "embedding" and overheads.get("embedding_table"):  # its backward's dense table gradient
                 overhead += overheads["embedding_table"] * self._embedding_table()

@@ -2,7 +2,7 @@
 
 Each rank's compute is a sum of many small ops of independently jittered length, so two ranks' finishing
 times drift apart as a random walk's, with the square root of the compute. But the development VM's vCPUs
-also run at different speeds for seconds at a time: in one window (2026-11-28, 2 ranks, ``phase_worker``'s
+also run at different speeds for seconds at a time: in one window (2026-11-27 23:3x, 2 ranks, ``phase_worker``'s
 loops) one rank computed 8 units in 13.8 ms and the other in 22-24 ms for a dozen repetitions running, while
 each rank's thread had its core 97-99 % of the wall time it computed (``time.thread_time``), so the core ran
 slower, not shared. The lag then grows with the compute itself: the loops' mean lag was 0.34 / 0.30 / 0.30 /

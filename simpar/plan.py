@@ -173,6 +173,12 @@ class Program:
         return sum(op.nbytes for op in self.ops if isinstance(op, Alloc) and op.category == category
                    and op.payload == "model states" and op.memory != "host")
 
+    def zero_buckets(self) -> list[tuple[int, ...]]:
+        """The units of each data-parallel reduce-scatter, in order, once each: the buckets these ranks keep a
+        shard of and step one tensor for (ZeRO-3: a unit each; ZeRO-1 and 2: one for all); [] elsewhere."""
+        return list(dict.fromkeys(op.units for op in self.ops
+                                  if isinstance(op, Collective) and op.op == "reducescatter" and op.group != "tp"))
+
     def alloc(self, stream: str, category: str, nbytes: float, memory: str = "gpu", payload: str = "",
               deps=(), units: tuple[int, ...] = (), modules: tuple[int, ...] = ()) -> int:
         return self.add(Alloc, stream, deps, category=category, nbytes=int(nbytes), memory=memory, payload=payload,

@@ -95,8 +95,7 @@ class RankExecutor:
         self.group = list(grid.group(ctx.rank, "dp"))
         self.index = self.group.index(ctx.rank)  # this rank's share of the batch
         held = sorted({op.unit for op in self.program.ops if isinstance(op, Compute) and op.unit >= 0})
-        buckets = list(dict.fromkeys(op.units for op in self.program.ops
-                                     if isinstance(op, Collective) and op.op == "reducescatter" and op.group != "tp"))
+        buckets = self.program.zero_buckets()
         modules = None
         if scenario.strategy.name == "zero3" and scenario.gather_granularity == "module":
             modules = [module_parameters(unit) for unit in self.model.units]

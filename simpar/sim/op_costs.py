@@ -196,12 +196,9 @@ class OpCosts:
 
     @staticmethod
     def _stepped_tensors(prog) -> int:
-        """How many tensors the executor's optimizer steps on a program's rank: one shard per ZeRO bucket (the
-        units each data-parallel reduce-scatter reduces: ZeRO-3 one per unit, ZeRO-1 and 2 one for all), else
-        every parameter it holds in one flat tensor (``ModelStates``)."""
-        buckets = {op.units for op in prog.ops if isinstance(op, Collective) and op.op == "reducescatter"
-                   and op.group != "tp"}
-        return max(len(buckets), 1)
+        """How many tensors the executor's optimizer steps on a program's rank: one shard per ZeRO bucket
+        (``Program.zero_buckets``), else every parameter it holds in one flat tensor (``ModelStates``)."""
+        return max(len(prog.zero_buckets()), 1)
 
     @staticmethod
     def _held_units(prog) -> set[int]:

@@ -206,6 +206,20 @@ def test_serial_pricing_runs_every_op_one_after_another(strategy):
     assert serial.step_time_s >= overlapped.step_time_s
 
 
+def test_a_later_stage_waits_out_the_steps_tail_in_its_first_receive():
+    """Serial 1F1B: steps run back to back, so a stage whose step begins with a receive waits there for the
+    time left after its last op in the step before (where the executor times it): every stage's op times add
+    up to the step, and the first stage, whose step begins with its own compute, is charged no tail."""
+    result = simulate(make_scenario(TINY, "pp", 2, micro_batch=2, microbatches=4), serial=True)
+    for rank, timeline in zip(result.ranks, result.op_timeline):
+        ops = timeline["ops"]
+        assert sum(rank["op_time"].values()) == pytest.approx(result.step_time_s, rel=1e-9)
+        received = sum(e["end"] - e["start"] for e in ops if e["class"] == "pipeline p2p")
+        tail = result.step_time_s - max(e["end"] for e in ops)
+        assert rank["op_time"]["pipeline p2p"] == pytest.approx(received + (tail if rank["rank"] else 0.0), rel=1e-9)
+        assert rank["rank"] == 0 or tail > 1e-6
+
+
 def test_progress_is_told_as_ops_complete():
     """Long runs show a bar (simpar run): the simulator reports every PROGRESS_EVERY ops done."""
     from simpar.sim.runner import PROGRESS_EVERY

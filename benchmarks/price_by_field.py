@@ -12,10 +12,8 @@ stop's validates, ZeRO-3's `series_level` moved it +40.3 ms of 56.5 (docs/calibr
 from __future__ import annotations
 
 import argparse
-import json
-import os
+import dataclasses
 import sys
-import tempfile
 
 from simpar.calibrate.profile import HardwareProfile
 from simpar.errors import SimparError
@@ -25,21 +23,8 @@ from simpar.validate import STRATEGIES, case_scenario
 _SKIPPED = ("samples", "machine", "version")  # what the simulator never reads, or must stay A's
 
 
-def _read(path: str) -> dict:
-    try:
-        with open(path) as file:
-            return json.load(file)
-    except (OSError, ValueError) as exc:
-        raise SimparError(f"{path}: {exc}") from None
-
-
-def price_ms(fields: dict, strategy: str, gpus: int) -> float:
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as out:
-        json.dump(fields, out)
-    try:
-        topology = HardwareProfile.load(out.name).topology(gpus, "fp32")
-    finally:
-        os.unlink(out.name)
+def price_ms(profile: HardwareProfile, strategy: str, gpus: int) -> float:
+    topology = profile.topology(gpus, "fp32")
     return simulate(case_scenario(strategy, gpus, "fp32"), topology=topology, serial=True).step_time_s * 1e3
 
 
@@ -51,17 +36,20 @@ def main() -> int:
     parser.add_argument("--gpus", type=int, default=2)
     args = parser.parse_args()
     try:
-        a, b = (_read(path) for path in (args.a, args.b))
+        a, b = HardwareProfile.load(args.a), HardwareProfile.load(args.b)
+        if not (isinstance(a, HardwareProfile) and isinstance(b, HardwareProfile)):
+            raise SimparError("both profiles must be CPU-rank profiles (simpar calibrate), not GPU ones")
         base, other = price_ms(a, args.strategy, args.gpus), price_ms(b, args.strategy, args.gpus)
-    except (OSError, ValueError, SimparError) as exc:
+    except SimparError as exc:
         print(f"price_by_field: {exc}", file=sys.stderr)
         return 2
     print(f"{args.strategy} at {args.gpus} ranks: A {base:.1f} ms, B {other:.1f} ms ({other - base:+.1f})")
     effects = []
-    for field in a:
-        if field in _SKIPPED or a[field] == b.get(field, a[field]):
+    for field in (f.name for f in dataclasses.fields(a)):
+        if field in _SKIPPED or getattr(a, field) == getattr(b, field):
             continue
-        effects.append((price_ms({**a, field: b[field]}, args.strategy, args.gpus) - base, field))
+        swapped = dataclasses.replace(a, **{field: getattr(b, field)})
+        effects.append((price_ms(swapped, args.strategy, args.gpus) - base, field))
     for effect, field in sorted(effects, key=lambda e: -abs(e[0])):
         print(f"  {field:24s} {effect:+8.1f} ms")
     return 0

@@ -248,6 +248,8 @@ def test_wake_curves_average_point_by_point():
     assert average_profiles([first, second], ["a", "b"]).series_late == {"2": pytest.approx(-3e-4)}
     first.series_level, second.series_level = {"2": 3e-4}, {"2": 1e-4}
     assert average_profiles([first, second], ["a", "b"]).series_level == {"2": pytest.approx(2e-4)}
+    first.series_last, second.series_last = {"2": 4e-4}, {"2": 2e-4}
+    assert average_profiles([first, second], ["a", "b"]).series_last == {"2": pytest.approx(3e-4)}
     both = average_profiles([first, second], ["a", "b"]).worker_server_curve
     assert both["2"] == [pytest.approx([2e-3, 9e-3]), pytest.approx([0.0, 2e-3])]
 

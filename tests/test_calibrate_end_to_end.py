@@ -49,6 +49,8 @@ def test_calibrate_then_validate_end_to_end(tmp_path, cli):
     assert all(abs(shift) < 1.0 for shift in data["series_late"].values())
     assert set(data["series_level"]) == set(data["series_late"])  # ZeRO-3's gathers' level, where timed
     assert all(abs(level) < 1.0 for level in data["series_level"].values())
+    assert set(data["series_last"]) == set(data["series_late"])  # ... and their last, before a compute
+    assert all(abs(last) < 1.0 for last in data["series_last"].values())
     # ... and their first, after the compute it followed (phase_worker's mid burst: shorter than the unit's)
     assert set(data["series_first"]) == set(data["series_late"])
     assert all(0 < compute < 1.0 and abs(extra) < 1.0 for compute, extra in data["series_first"].values())

@@ -27,8 +27,8 @@ from simpar.calibrate.pipeline_bench import late_recv_cost, late_worker, relay_w
 from simpar.calibrate.cold import COLD_KINDS, TAUS
 from simpar.calibrate.profile import (HardwareProfile, fit_collective_costs, fit_line, fit_unit_costs, machine_id,
                                      ring_price, ring_steps, step_bytes, unit_fit_residual)
-from simpar.calibrate.series import (SERIES, SERIES_SECONDS, series_first, series_late, series_level, series_positions,
-                                    series_wake, series_worker)
+from simpar.calibrate.series import (SERIES, SERIES_SECONDS, series_first, series_last, series_late, series_level,
+                                    series_positions, series_wake, series_worker)
 from simpar.calibrate.tp_bench import fit_tp_pieces, tp_piece_worker
 from simpar.real import awake, host_speed
 from simpar.real.launch import launch
@@ -128,7 +128,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
     host = launch(host_worker, 1, (OPTIMIZER_PARAMS, repeats), timeout=timeout)[0]
     slowdown, ring, wake, handoff, resume, resume_after_recv, shared = {"1": 1.0}, {}, {}, {}, {}, {}, {}
     curve, ps_curve, phase, unit_alone, issue, worker_server, short_wake, late = {}, {}, {}, {}, {}, {}, {}, {}
-    later_calls, series_calls, resume_short = {}, {}, {}
+    later_calls, last_calls, series_calls, resume_short = {}, {}, {}, {}
     for world in worlds:
         say(f"{world} ranks at once: compute and ring steps")
         ranks = launch(_both, world, (precision, repeats), timeout=timeout)
@@ -180,6 +180,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
             timed = launch(series_worker, world, (SERIES_SECONDS * repeats / 10,), timeout=timeout)
             series = [r["series"] for r in timed]
             positions, later_calls[str(world)] = series_positions(series), series_late(series) / (world - 1)
+            last_calls[str(world)] = series_last(series) / (world - 1)  # ... and its last, before a compute
             series_calls[str(world)] = timed[0]["calls"], statistics.fmean(r["compute"] for r in timed)
         # a pipeline receive posted after its send: gloo's rendezvous makes it wait for the sender's thread
         late[str(world)] = late_recv_cost([r["late"] for r in ranks], bandwidth)
@@ -235,7 +236,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
                               wake=wake, wake_curve=curve, wake_phase=phase, handoff=handoff, send_issue=issue,
                               late_recv=late,
                               worker_server=worker_server, worker_server_curve=ps_curve, wake_short=short_wake,
-                              resume=resume, series_late=later_calls, series_level=levels, series_first=firsts,
+                              resume=resume, series_late=later_calls, series_last=last_calls, series_level=levels, series_first=firsts,
                               resume_after_recv=resume_after_recv, resume_unit=unit_alone, between_ops=between,
                               resume_short=resume_short,
                               optimizer_params_per_s=rates, optimizer_step={precision: step} if step else {},

@@ -211,6 +211,9 @@ class HardwareProfile:
     # step latency (negative: less; the executor's own ZeRO-3 gathers timed call by call: calibrate/series.py),
     # for world sizes up to the cores; elsewhere (and in older profiles) every call of a series at the step latency
     series_late: dict[str, float] = field(default_factory=dict)
+    # world -> seconds per ring step the last call of such a series, before the compute after it, pays beyond its
+    # fifth to last but one (``series_last``); empty (older profiles): as those
+    series_last: dict[str, float] = field(default_factory=dict)
     # world -> seconds per ring step the executor's ZeRO-3 gathers of parameters pay from a series' second on beyond
     # a bare call's price (step latency, bandwidth, handling; ``series_level``), up to the cores; empty: none
     series_level: dict[str, float] = field(default_factory=dict)
@@ -399,6 +402,7 @@ class HardwareProfile:
         if str(world) in self.series_late:  # measured where ranks do not outnumber cores, for that world alone
             topology.series_late = (SERIES + 1, float(self.series_late[str(world)]))
         topology.series_level = float(self.series_level.get(str(world), 0.0))  # measured for that world alone
+        topology.series_last = float(self.series_last.get(str(world), 0.0))  # likewise
         if self.series_first.get(str(world)):  # likewise
             topology.gather_short = (tuple(float(x) for x in self.series_first[str(world)]),)
         if self.wake_short:

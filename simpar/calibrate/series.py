@@ -1,6 +1,7 @@
 """A series of calls right after computing, call by call: what its first call pays beyond the calls
 after it (``series_wake``), and how much less its later calls pay than its second to fourth
-(``series_late``), from timestamps taken around each call.
+(``series_late``), and how much more its last, before the compute after it (``series_last``), from
+timestamps taken around each call.
 
 Why the later calls: ``pattern_worker``'s rows of 1 and ``SERIES`` calls after a unit's compute fit the
 step latency on a series' second to fourth calls, and ZeRO-3 gathers a layer's modules in series of 8-10
@@ -54,15 +55,33 @@ def series_late(series_by_rank: list[list[list[float]]]) -> float:
     """Seconds a call from the (``SERIES`` + 1)-th on of a series after computing pays beyond its second to
     fourth (negative: less), from every rank's [compute end, each call's end] per repetition: per
     repetition (the ranks' mean) the fifth to the last but one calls' mean (the last pays for the compute
-    that follows it, as the rows' fourth did) less the second to fourth's; their mean over repetitions,
-    0 where it lies within twice its standard error of 0 (at 8 ranks on 2 cores a call takes 20-29 ms,
-    and 40 repetitions cannot tell a fraction of a millisecond) or the series is too short."""
+    that follows it, as the rows' fourth did: ``series_last``) less the second to fourth's; their mean over
+    repetitions, 0 where it lies within twice its standard error of 0 (at 8 ranks on 2 cores a call takes
+    20-29 ms, and 40 repetitions cannot tell a fraction of a millisecond) or the series is too short."""
+    return _paired(series_by_rank, lambda row: statistics.fmean(row[SERIES:-1]) - statistics.fmean(row[1:SERIES]))
+
+
+def series_last(series_by_rank: list[list[list[float]]]) -> float:
+    """Seconds the last call of a series, the one a compute follows, pays beyond the (``SERIES`` + 1)-th to
+    the last but one, from the same timestamps as ``series_late`` and tested the same way. A rank's last call
+    still needs its peer's part of the exchange after the peer's own call has returned, and the peer is
+    computing by then: with the compute after the series replaced by a sleep as long the last call cost what
+    the calls before it did (-0.03 to 0.00 ms, three launches), with the product burst +0.09 to +0.15 ms more;
+    the calibrations' series of the thirtieth to thirty-second stops +0.12 to +0.39 ms, the executor's ZeRO-3
+    step +0.11 to +0.40 ms at 2 ranks (``benchmarks/series_last_call.py``; docs/calibration.md)."""
+    return _paired(series_by_rank, lambda row: row[-1] - statistics.fmean(row[SERIES:-1]))
+
+
+def _paired(series_by_rank: list[list[list[float]]], difference) -> float:
+    """``difference(calls)`` per repetition (each call's time, the ranks' mean), averaged over the repetitions;
+    0 where that lies within twice its standard error of 0, or with under two repetitions or a series too short
+    to have calls from the (``SERIES`` + 1)-th to the last but one."""
     rows = [_calls(list(marks)) for marks in zip(*series_by_rank)]
     if len(rows) < 2 or len(rows[0]) < SERIES + 2:
         return 0.0
-    drops = [statistics.fmean(row[SERIES:-1]) - statistics.fmean(row[1:SERIES]) for row in rows]
-    late, error = statistics.fmean(drops), statistics.stdev(drops) / len(drops) ** 0.5
-    return late if abs(late) > 2 * error else 0.0
+    drops = [difference(row) for row in rows]
+    mean, error = statistics.fmean(drops), statistics.stdev(drops) / len(drops) ** 0.5
+    return mean if abs(mean) > 2 * error else 0.0
 
 
 def timed_series(compute, calls: list, seconds: float, after=None) -> list[list[float]]:

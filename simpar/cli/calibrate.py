@@ -164,13 +164,15 @@ def _save_and_show(profile, args, precision: str, what: str = "") -> int:
     if profile.late_recv:  # measured since the fifteenth stop (series_late since the seventeenth)
         print("  ranks   pipeline receive posted after its send (beyond its bytes; gloo's rendezvous)"
               "   fifth and later calls of a series after computing, per ring step"
-              "   ZeRO-3 gathers from a series' second on, per ring step   its first, beyond its steps")
+              "   ZeRO-3 gathers from a series' second on, per ring step   its first, beyond its steps"
+              "   its last, before a compute")
         for world in sorted(int(k) for k in profile.late_recv):
-            shift, level = (_signed(table.get(str(world))) for table in (profile.series_late, profile.series_level))
+            shift, level, last = (_signed(table.get(str(world))) for table in
+                                  (profile.series_late, profile.series_level, profile.series_last))
             compute, extra = profile.series_first.get(str(world)) or (None, None)
             first = "-" if compute is None else f"{_signed(extra)} after {units.human_time(compute)}"
             print(f"  {world:>5}   {units.human_time(profile.late_recv[str(world)]):>78}   {shift:>64}   {level:>54}"
-                  f"   {first:>30}")
+                  f"   {first:>30}   {last:>26}")
     return 0
 
 

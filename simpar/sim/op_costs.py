@@ -42,7 +42,8 @@ class OpCosts:
                  or topology.resume_latency or topology.handoff_latency
                  or topology.resume_after_recv_latency or topology.between_ops)
         self.after_compute, self.after_network = self._turns() if turns else ({}, {})
-        self.later_calls = self._later_calls() if topology.series_late or topology.series_level else {}
+        self.later_calls = (self._later_calls() if topology.series_late or topology.series_level or topology.series_last
+                            else {})
         self.cold = self._cold_caches() if gpu.costs is not None and gpu.costs.get("cold") else {}
 
     def _turns(self) -> tuple[dict, dict]:
@@ -105,23 +106,26 @@ class OpCosts:
         series of calls (collectives, sends, receives) after a compute or copy, in its program's order
         (allocations aside): from the topology's ``series_late`` position on, that shift (a rank's stalls thin
         out as the series goes on); a ZeRO-3 gather of parameters from the second on, ``series_level`` more
-        (the executor's module gathers leave the ranks out of step: calibrate/series.py)."""
+        (the executor's module gathers leave the ranks out of step: calibrate/series.py), and the last of a
+        series, the one a compute follows, ``series_last`` more (its peer is computing by then)."""
         start, shift = self.topology.series_late or (math.inf, 0.0)
-        level = self.topology.series_level
+        level, last = self.topology.series_level, self.topology.series_last
         later = {}
         for pi, prog in enumerate(self.plan.programs):
+            timed = [op for op in prog.ops if isinstance(op, (Compute, Copy, Collective, Send, Recv))]
             position = 0
-            for op in prog.ops:
+            for op, following in zip(timed, timed[1:] + [None]):
                 if isinstance(op, (Compute, Copy)):
                     position = 0
-                elif isinstance(op, (Collective, Send, Recv)):
-                    position += 1
-                    if not isinstance(op, Collective):
-                        continue
-                    paid = (shift if position >= start else 0.0) + (
-                        level if position >= 2 and self._sharded_gather(op) else 0.0)
-                    if paid:
-                        later[(pi, op.id)] = paid
+                    continue
+                position += 1
+                if not isinstance(op, Collective):
+                    continue
+                sharded = self._sharded_gather(op)
+                paid = ((shift if position >= start else 0.0) + (level if position >= 2 and sharded else 0.0)
+                        + (last if sharded and isinstance(following, Compute) else 0.0))
+                if paid:
+                    later[(pi, op.id)] = paid
         return later
 
     def _cold_caches(self) -> dict:

@@ -1,6 +1,7 @@
 """Each op of a real step against its price, grouped by the compute before it (where a call's cost goes).
 
     python benchmarks/calls_in_step.py [--strategy tp] [--gpus 2] [--runs 4] [--steps 60] [--hardware PATH]
+                                       [--by-place]
 
 Runs validate's case of ``--strategy`` (tiny-deep, fp32) ``--runs`` times for ``--steps`` steps, takes every
 rank's mean per op over the steps after the first (``op_mean_s``) and sets it beside the op's time in the
@@ -8,7 +9,10 @@ simulator's timeline on the profile (this machine's cached one by default). Call
 before them in the Plan (the compute a call follows, or another call), computes by unit kind, piece and
 phase; per group it prints the ops a step has, the priced and measured mean and the error. Nothing is fitted:
 it shows which calls a profile prices short or long and after what (docs/calibration.md, "tp's calls after a
-backward piece cost more than the short loop says").
+backward piece cost more than the short loop says"). With ``--by-place`` calls are grouped instead by the
+phase of the compute before their series and their place in it: the first, the second to fourth, the fifth
+on, and the last, the one a compute follows (at 2 ranks, 2026-11-28, ZeRO-3's last gathers cost 0.32-0.38 ms
+more than its fifth-and-later ones, priced 0.23-0.30 more: ``series_last``).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from pathlib import Path
 
 from simpar.calibrate import default_path
 from simpar.calibrate.profile import HardwareProfile
-from simpar.plan import Collective, Compute, Recv, Send
+from simpar.plan import Collective, Compute, Copy, Recv, Send
 from simpar.sim import simulate
 from simpar.strategies import build_plan
 from simpar.validate import case_scenario
@@ -46,14 +50,34 @@ def group_of(ops: list, index: int, unit_kind) -> str | None:
     return f"{kind} after a call" if before is not None else f"{kind}, the step's first"
 
 
-def grouped(measured: list[tuple[list, dict[int, float], dict[int, float]]], unit_kind) -> dict[str, dict]:
+def place_of(ops: list, index: int, unit_kind) -> str | None:
+    """``group_of``'s alternative: a call or point-to-point op by the phase of the compute before its series and
+    its place in it ("1", "2-4", "5+", or "last" where a compute follows it), allocations aside."""
+    op = ops[index]
+    if not isinstance(op, (Collective, Send, Recv)):
+        return group_of(ops, index, unit_kind)
+    timed = [o for o in ops if isinstance(o, (Compute, Copy, Collective, Send, Recv))]
+    at = next(i for i, o in enumerate(timed) if o is op)
+    start = max((i for i in range(at) if isinstance(timed[i], (Compute, Copy))), default=-1)
+    phase = timed[start].phase if start >= 0 and isinstance(timed[start], Compute) else "step's first"
+    position = at - start
+    place = "1" if position == 1 else "2-4" if position <= 4 else "5+"
+    if at + 1 < len(timed) and isinstance(timed[at + 1], Compute):
+        place = "last"
+    kind = op.op if isinstance(op, Collective) else type(op).__name__.lower()
+    return f"{kind} after {phase}, {place}"
+
+
+def grouped(measured: list[tuple[list, dict[int, float], dict[int, float]]], unit_kind,
+            group=None) -> dict[str, dict]:
     """Per group: {"ops": a program's ops in it, "priced": mean seconds, "measured": mean seconds}, over
     ``measured``: one (the rank's program's ops, {op id: priced seconds}, {op id: measured seconds}) per rank
-    and run."""
+    and run; ops grouped by ``group`` (``group_of`` unless told)."""
+    group_of_op = group or group_of
     rows: dict[str, list] = defaultdict(list)
     for ops, priced, means in measured:
         for op_id, seconds in means.items():
-            group = group_of(ops, op_id, unit_kind)
+            group = group_of_op(ops, op_id, unit_kind)
             if group is not None:
                 rows[group].append((priced.get(op_id, 0.0), seconds))
     return {group: {"ops": len(pairs) / len(measured), "priced": statistics.fmean(p for p, _ in pairs),
@@ -69,6 +93,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=4)
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--hardware", help="the profile to price with (default: this machine's cached one)")
+    parser.add_argument("--by-place", action="store_true", help="group calls by their place in their series")
     args = parser.parse_args()
     path = Path(args.hardware) if args.hardware else default_path("fp32")
     profile = HardwareProfile.load(str(path))
@@ -88,7 +113,8 @@ def main() -> None:
                       {int(op): seconds for op, seconds in r["op_mean_s"].items()}) for r in real["ranks"]]
         print(f"run {run + 1}: step {1e3 * real['step_time_s']:.1f} ms, priced {1e3 * sim['step_time_s']:.1f} ms")
     print(f"profile {path}; {args.strategy} on {args.gpus} ranks, {args.runs} runs of {args.steps} steps")
-    for group, row in sorted(grouped(measured, scenario.model.unit_kind).items()):
+    by = place_of if args.by_place else group_of
+    for group, row in sorted(grouped(measured, scenario.model.unit_kind, by).items()):
         error = (row["priced"] - row["measured"]) / row["measured"] if row["measured"] else float("nan")
         print(f"{group:<42} x{row['ops']:<4.1f} priced {1e6 * row['priced']:8.0f} us  "
               f"measured {1e6 * row['measured']:8.0f} us  {100 * error:+6.1f} %")

@@ -10,8 +10,9 @@ core free. Prints each position's mean time and the last call's cost beyond the 
 
 On the development VM (2026-11-28, thirty-first stop) the last call cost 0.09-0.15 ms more with the burst
 and -0.03 to 0.00 with the sleep: the extra is the peer's compute, which begins as soon as the peer's own
-call returns, while this rank's call still needs the peer's part of the exchange. Nothing here is priced
-(docs/calibration.md, the stop log).
+call returns, while this rank's call still needs the peer's part of the exchange. Since the thirty-third
+stop the calibration keeps it (``series_last``) and the simulator prices it on every ZeRO-3 gather a compute
+follows (docs/calibration.md, the stop log; ``calls_in_step.py --by-place`` sets it beside the step's).
 """
 
 from __future__ import annotations

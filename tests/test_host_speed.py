@@ -175,6 +175,38 @@ def test_the_calls_in_step_benchmark_groups_each_call_by_the_compute_before_it()
     assert sum(row["ops"] for row in rows.values()) == len(calls) + len(computes)
 
 
+
+def test_the_calls_in_step_benchmark_groups_zero3_calls_by_their_place_in_a_series():
+    """``--by-place``: tiny-deep's ZeRO-3 step opens with ten gathers before the embedding's forward (the
+    first, three of the second to fourth, five of the fifth on, and the last); after each layer's backward
+    comes a reduce-scatter first, then gathers; every op lands in one group (computes as ``group_of``)."""
+    import importlib.util
+    from pathlib import Path
+
+    from simpar.models import model
+    from simpar.plan import Collective, Compute
+    from simpar.scenario import make_scenario
+    from simpar.strategies import build_plan
+
+    spec = importlib.util.spec_from_file_location("calls_in_step", Path(__file__).parents[1] / "benchmarks" /
+                                                  "calls_in_step.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    scenario = make_scenario(model("tiny-deep"), "zero3", 2, micro_batch=2, precision="fp32", topology="cpu-host")
+    ops = build_plan(scenario).program_of(0).ops
+    kind = scenario.model.unit_kind
+    calls = [i for i, op in enumerate(ops) if isinstance(op, Collective)]
+    opening = [bench.place_of(ops, i, kind) for i in calls[:10]]
+    assert opening == (["allgather after step's first, 1"] + ["allgather after step's first, 2-4"] * 3
+                       + ["allgather after step's first, 5+"] * 5 + ["allgather after step's first, last"])
+    scatters = {bench.place_of(ops, i, kind) for i in calls if ops[i].op == "reducescatter"}
+    assert "reducescatter after bwd, 1" in scatters
+    computes = [op.id for op in ops if isinstance(op, Compute)]
+    priced = {op.id: 0.001 for op in ops}
+    rows = bench.grouped([(ops, priced, {i: 0.002 for i in calls + computes})], kind, bench.place_of)
+    assert rows["allgather after fwd, last"]["ops"] == 9  # before the 2nd-9th units' forwards, the head's backward
+    assert sum(row["ops"] for row in rows.values()) == len(calls) + len(computes)
+
 def test_the_own_pace_benchmark_sets_each_ranks_own_time_against_its_core_alone():
     import importlib.util
     from pathlib import Path

@@ -12,7 +12,7 @@ from tests.test_series_late import _zero3
 
 
 def _marks(later: float, last: float = 2.6) -> list[float]:
-    """One repetition's [compute end, each call's end] (seconds): calls of 3, 2, 2, 2, five of ``later``, ``last`` ms."""
+    """One repetition's [compute end, each call's end] (s): calls of 3, 2, 2, 2, five of ``later``, ``last`` ms."""
     calls = [3, 2, 2, 2] + [later] * 5 + [last]
     return [1e-3 * sum(calls[:i]) for i in range(len(calls) + 1)]
 

@@ -145,19 +145,25 @@ def test_compare_real_sets_the_runs_speed_against_the_profiles(tmp_path, cli):
     assert "x as fast over the timed steps as while the profile was calibrated" in text
 
 
-def test_the_calls_in_step_benchmark_groups_each_call_by_the_compute_before_it():
+
+def _calls_in_step():
+    """benchmarks/calls_in_step.py, loaded as a module (the benchmarks are scripts, not a package)."""
     import importlib.util
     from pathlib import Path
-
-    from simpar.models import model
-    from simpar.plan import Collective, Compute
-    from simpar.scenario import make_scenario
-    from simpar.strategies import build_plan
 
     spec = importlib.util.spec_from_file_location("calls_in_step", Path(__file__).parents[1] / "benchmarks" /
                                                   "calls_in_step.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
+    return bench
+
+def test_the_calls_in_step_benchmark_groups_each_call_by_the_compute_before_it():
+    from simpar.models import model
+    from simpar.plan import Collective, Compute
+    from simpar.scenario import make_scenario
+    from simpar.strategies import build_plan
+
+    bench = _calls_in_step()
     scenario = make_scenario(model("tiny"), "tp", 2, micro_batch=2, precision="fp32", topology="cpu-host")
     ops = build_plan(scenario).program_of(0).ops
     kind = scenario.model.unit_kind
@@ -180,18 +186,12 @@ def test_the_calls_in_step_benchmark_groups_zero3_calls_by_their_place_in_a_seri
     """``--by-place``: tiny-deep's ZeRO-3 step opens with ten gathers before the embedding's forward (the
     first, three of the second to fourth, five of the fifth on, and the last); after each layer's backward
     comes a reduce-scatter first, then gathers; every op lands in one group (computes as ``group_of``)."""
-    import importlib.util
-    from pathlib import Path
-
     from simpar.models import model
     from simpar.plan import Collective, Compute
     from simpar.scenario import make_scenario
     from simpar.strategies import build_plan
 
-    spec = importlib.util.spec_from_file_location("calls_in_step", Path(__file__).parents[1] / "benchmarks" /
-                                                  "calls_in_step.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = _calls_in_step()
     scenario = make_scenario(model("tiny-deep"), "zero3", 2, micro_batch=2, precision="fp32", topology="cpu-host")
     ops = build_plan(scenario).program_of(0).ops
     kind = scenario.model.unit_kind

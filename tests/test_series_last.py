@@ -3,12 +3,9 @@ series, and what the simulator prices with it (ZeRO-3's parameter gathers before
 
 import pytest
 
-from simpar.models import model
 from simpar.plan import Alloc, Collective, Compute, Free
-from simpar.scenario import make_scenario
-from simpar.sim import simulate
-from tests.test_calibrate import _profile
 from tests.test_series_late import _zero3
+from tests.test_series_level import assert_priced_per_gather
 
 
 def _marks(later: float, last: float = 2.6) -> list[float]:
@@ -44,28 +41,6 @@ def test_zero3_gathers_before_a_compute_pay_the_last_calls_extra_exactly():
     other call does: the step is longer by it times those gathers' ring steps; the fast path equals the full
     simulation; a profile without it, or a 4-rank topology when it was measured at 2 alone, prices as
     before; ZeRO-2 (parameters kept whole) and DDP are priced the same with it."""
-    from simpar.sim.op_costs import OpCosts
-
-    scenario, plan = _zero3(2)
-    last, gathers = 2e-4, _last_gathers(plan)
+    last, gathers = 2e-4, _last_gathers(_zero3(2)[1])
     assert gathers == 18  # tiny-deep: before each of 9 forwards and 9 backwards
-
-    def topology(value, world=2):
-        profile = _profile()
-        profile.series_last = {"2": value} if value is not None else {}
-        return profile.topology(world, "fp32")
-
-    costs = OpCosts(plan, scenario, topology(last))
-    assert sorted(set(costs.later_calls.values())) == [last]
-    assert len([key for key in costs.later_calls if key[0] == 0]) == gathers
-    assert not OpCosts(plan, scenario, topology(None)).later_calls
-    before = simulate(scenario, topology=topology(None), serial=True).step_time_s
-    after = simulate(scenario, topology=topology(last), serial=True).step_time_s
-    assert after - before == pytest.approx(gathers * last, rel=1e-6)  # 2 ranks: one ring step a gather
-    assert simulate(scenario, topology=topology(last), serial=True, replay=False).step_time_s == pytest.approx(
-        after, rel=1e-12)
-    assert topology(last, 4).series_last == 0.0
-    for strategy in ("zero2", "ddp"):
-        other = make_scenario(model("tiny-deep"), strategy, 2, micro_batch=2, precision="fp32", topology="cpu-host")
-        assert (simulate(other, topology=topology(last), serial=True).step_time_s
-                == simulate(other, topology=topology(None), serial=True).step_time_s)
+    assert_priced_per_gather("series_last", last, gathers)

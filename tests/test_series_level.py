@@ -38,8 +38,6 @@ def test_zero3_gathers_from_the_second_of_a_series_pay_the_level_exactly():
     nothing else does: the step is longer by the level times their ring steps; the fast path equals the full
     simulation; a profile without it, or a 4-rank topology when it was measured at 2 alone, prices as before;
     ZeRO-2 (parameters kept whole) and DDP are priced the same with it."""
-    from simpar.sim.op_costs import OpCosts
-
     scenario, plan = _zero3(2)
     level = 3e-4
     gathers, position = 0, 0  # parameter gathers from the second of a series of calls on
@@ -48,25 +46,7 @@ def test_zero3_gathers_from_the_second_of_a_series_pay_the_level_exactly():
         gathers += isinstance(op, Collective) and op.op == "allgather" and op.payload == "params" and position >= 2
     assert 0 < gathers <= sum(n - 1 for n in _series_lengths(plan.programs[0]))
 
-    def topology(value, world=2):
-        profile = _profile()
-        profile.series_level = {"2": value} if value is not None else {}
-        return profile.topology(world, "fp32")
-
-    costs = OpCosts(plan, scenario, topology(level))
-    assert sorted(set(costs.later_calls.values())) == [level]
-    assert len([key for key in costs.later_calls if key[0] == 0]) == gathers
-    assert not OpCosts(plan, scenario, topology(None)).later_calls
-    before = simulate(scenario, topology=topology(None), serial=True).step_time_s
-    after = simulate(scenario, topology=topology(level), serial=True).step_time_s
-    assert after - before == pytest.approx(gathers * level, rel=1e-6)  # 2 ranks: one ring step a gather
-    assert simulate(scenario, topology=topology(level), serial=True, replay=False).step_time_s == pytest.approx(
-        after, rel=1e-12)
-    assert topology(level, 4).series_level == 0.0
-    for strategy in ("zero2", "ddp"):
-        other = make_scenario(model("tiny-deep"), strategy, 2, micro_batch=2, precision="fp32", topology="cpu-host")
-        assert (simulate(other, topology=topology(level), serial=True).step_time_s
-                == simulate(other, topology=topology(None), serial=True).step_time_s)
+    assert_priced_per_gather("series_level", level, gathers)
 
 
 def test_the_first_gather_is_a_point_of_the_wakes_share_beyond_its_price():
@@ -148,3 +128,34 @@ def test_the_compute_before_a_call_holds_the_executors_work_since_the_last_call_
         assert phases[1][(0, op.id)] - phases[0][(0, op.id)] == pytest.approx(1e-5 * quiet, rel=1e-9)
         checked += 1
     assert checked > 5
+
+
+def assert_priced_per_gather(name: str, value: float, gathers: int) -> None:
+    """The profile's ``name`` (a per-ring-step term for some of ZeRO-3's parameter gathers, measured at 2 ranks)
+    set to ``value`` is paid by exactly ``gathers`` calls of tiny-deep's 2-rank ZeRO-3 program and by no other
+    call: the step is longer by ``gathers * value`` (one ring step a gather); the fast path equals the full
+    simulation; a profile without it, or a 4-rank topology, prices as before; ZeRO-2 (parameters kept whole)
+    and DDP are priced the same with it."""
+    from simpar.sim.op_costs import OpCosts
+
+    scenario, plan = _zero3(2)
+
+    def topology(term, world=2):
+        profile = _profile()
+        setattr(profile, name, {"2": term} if term is not None else {})
+        return profile.topology(world, "fp32")
+
+    costs = OpCosts(plan, scenario, topology(value))
+    assert sorted(set(costs.later_calls.values())) == [value]
+    assert len([key for key in costs.later_calls if key[0] == 0]) == gathers
+    assert not OpCosts(plan, scenario, topology(None)).later_calls
+    before = simulate(scenario, topology=topology(None), serial=True).step_time_s
+    after = simulate(scenario, topology=topology(value), serial=True).step_time_s
+    assert after - before == pytest.approx(gathers * value, rel=1e-6)
+    assert simulate(scenario, topology=topology(value), serial=True, replay=False).step_time_s == pytest.approx(
+        after, rel=1e-12)
+    assert getattr(topology(value, 4), name) == 0.0
+    for strategy in ("zero2", "ddp"):
+        other = make_scenario(model("tiny-deep"), strategy, 2, micro_batch=2, precision="fp32", topology="cpu-host")
+        assert (simulate(other, topology=topology(value), serial=True).step_time_s
+                == simulate(other, topology=topology(None), serial=True).step_time_s)

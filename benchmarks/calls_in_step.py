@@ -59,7 +59,7 @@ def place_of(ops: list, index: int, unit_kind) -> str | None:
     timed = [o for o in ops if isinstance(o, (Compute, Copy, Collective, Send, Recv))]
     at = next(i for i, o in enumerate(timed) if o is op)
     start = max((i for i in range(at) if isinstance(timed[i], (Compute, Copy))), default=-1)
-    phase = timed[start].phase if start >= 0 and isinstance(timed[start], Compute) else "step's first"
+    phase = "step's first" if start < 0 else timed[start].phase if isinstance(timed[start], Compute) else "a copy"
     position = at - start
     place = "1" if position == 1 else "2-4" if position <= 4 else "5+"
     if at + 1 < len(timed) and isinstance(timed[at + 1], Compute):

@@ -53,8 +53,7 @@ def run_steps(profile, strategy: str, gpus: int, precision: str, steps: int, sec
     how long the run is, never what it is compared with."""
     if not seconds or profile is None:
         return steps
-    predicted = simulate(case_scenario(strategy, gpus, precision), topology=profile.topology(gpus, precision),
-                         serial=True).step_time_s
+    predicted = price(profile, strategy, gpus, precision)
     return min(max(steps, 1 + math.ceil(seconds / predicted)), MAX_STEPS)
 
 
@@ -194,6 +193,10 @@ class Recalibrations:
         """Where the profiles the runs are priced with come from (``priced``)."""
         return [path for _, path in self._window(profile)]
 
+    def profiles(self, profile) -> list:
+        """The profiles of the runs' window that ``priced`` averages, each as calibrated."""
+        return [p for p, _ in self._window(profile)]
+
     def priced(self, profile):
         """The average of the profiles of the runs' window: the calibrations taken among them, and
         ``profile`` if it was taken right before them (``profile`` itself if no calibration was taken)."""
@@ -203,6 +206,28 @@ class Recalibrations:
         if len(window) == 1:
             return window[0][0]
         return average_profiles([p for p, _ in window], [path for _, path in window], common=True)
+
+
+def resolutions(cases: list[dict], profiles: list, precision: str) -> dict[int, dict]:
+    """World size -> what its cases' own noise lets a validate judge (``simpar/referee.py``): the runs' spread,
+    and with two profiles or more (the calibrations of the runs' window) the spread of their prices."""
+    from simpar.referee import resolution
+
+    out = {}
+    for world in sorted({c["gpus"] for c in cases}):
+        mine = [c for c in cases if c["gpus"] == world]
+        prices = [[price(p, c["strategy"], world, precision) for p in profiles] for c in mine] \
+            if len(profiles) > 1 else None
+        found = resolution([c["real_runs_s"] for c in mine], prices)
+        if found:
+            out[world] = found
+    return out
+
+
+def price(profile, strategy: str, gpus: int, precision: str) -> float:
+    """A case's step time as ``profile`` prices it (seconds)."""
+    return simulate(case_scenario(strategy, gpus, precision), topology=profile.topology(gpus, precision),
+                    serial=True).step_time_s
 
 
 def summary(cases: list[dict]) -> dict:
@@ -241,6 +266,11 @@ def write_report(path: Path, profile_path: str, cases: list[dict], result: dict,
              f"{100 * result['max_abs_error']:.1f} %, bytes exact: {result['bytes_exact']}, "
              f"model-state memory exact: {result['memory_exact']}; median run-to-run spread of the measured "
              f"step time {100 * result['median_spread']:.1f} % (runs per case: {len(cases[0]['real_runs_s'])})", ""]
+    if result.get("resolution"):
+        from simpar.referee import describe
+
+        lines += ["What this window's own noise lets it judge (simpar/referee.py):", ""]
+        lines += [f"- {describe(int(world), r)}" for world, r in result["resolution"].items()] + [""]
     at_speed = "median_abs_speed_error" in result
     if at_speed:
         lines += [f"At the window's speed (each run's step time times how fast its cores ran over how fast they ran "

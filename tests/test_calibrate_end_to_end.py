@@ -114,6 +114,10 @@ def test_calibrate_then_validate_end_to_end(tmp_path, cli):
         at_speed = sorted(t * s for t, s in zip(runs, case["host_speeds"]))
         assert case["real_at_window_speed_s"] == pytest.approx(at_speed[0])
     assert out["summary"]["median_abs_speed_error"] >= 0
+    # what the window's own noise lets it judge: both runs, and both profiles (the one before, fresh, and after)
+    judged = out["summary"]["resolution"]["2"]
+    assert (judged["runs"], judged["calibrations"], judged["cases"]) == (2, 2, 2) and judged["price_sd"] >= 0
+    assert 0 <= judged["priced_chance"] <= 1 and "What this window's own noise" in report.read_text()
     assert "| zero3 | 2 |" in report.read_text() and "At the window's speed" in report.read_text()
     after = report.with_suffix(".after.json")  # calibrated again once the runs were done, and averaged
     assert out["calibrated_after"] == [str(after)] and set(json.loads(after.read_text())["ring"]) == {"2"}

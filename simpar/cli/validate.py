@@ -96,7 +96,7 @@ def run(args) -> int:
 
     from simpar.calibrate.profile import HardwareProfile
     from simpar.scenario import STRATEGY_NAMES
-    from simpar.validate import BEFORE_WINDOW_S, Recalibrations, run_cases, summary, write_report
+    from simpar.validate import BEFORE_WINDOW_S, Recalibrations, resolutions, run_cases, summary, write_report
 
     strategies = [s.strip().lower() for s in args.strategies.split(",") if s.strip()]
     for name in strategies:
@@ -133,6 +133,8 @@ def run(args) -> int:
                           after=later.priced if later else None, after_round=later.after_round if later else None)
     after_paths = [path for _, path in later.taken] if later else []
     result = summary(cases)
+    if repeats > 1:  # how finely these runs and calibrations can judge any model (simpar/referee.py)
+        result["resolution"] = resolutions(cases, later.profiles(profile) if later else [profile], "fp32")
     before_too = not later or later.counts_before()
     files = write_report(out, profile_path, cases, result, retimed=args.compute == "retimed",
                          after=", ".join(after_paths), before_too=before_too)
@@ -154,6 +156,11 @@ def run(args) -> int:
               f"spinners; {result['speed_cases']} of {len(cases)} cases, those whose ranks fit the cores): "
               f"median |error| {100 * result['median_abs_speed_error']:.1f} %, max "
               f"{100 * result['max_abs_speed_error']:.1f} %, median spread {100 * result['median_speed_spread']:.1f} %")
+    if result.get("resolution"):
+        from simpar.referee import describe
+
+        for world, found in result["resolution"].items():
+            print(describe(world, found))
     if after_paths and before_too:
         print(f"priced with the average of {profile_path} and the calibrations among the runs, "
               f"{', '.join(after_paths)}")

@@ -87,7 +87,7 @@ def describe(world: int, r: dict) -> str:
     if r.get("price_sd") is not None:
         more = (f"{r['repeats_for']} runs a case, a calibration a round, would reach {CONFIDENT:.0%}"
                 if r["repeats_for"] else f"no number of runs up to {MAX_REPEATS} reaches {CONFIDENT:.0%}")
-        line += (f"; one calibration prices a case {100 * r['price_sd']:.1f} % apart from another (SD), and "
-                 f"priced with the mean of {r['calibrations']} such a model would meet it in "
+        line += (f"; one calibration's price of a case spreads by {100 * r['price_sd']:.1f} % (SD), and priced "
+                 f"with the mean of {r['calibrations']} calibrations such a model would meet it in "
                  f"{100 * r['priced_chance']:.0f} %; {more}")
     return line

@@ -68,8 +68,8 @@ def resolution(runs: list[list[float]], prices: list[list[float]] | None = None)
         return {}
     price_sd = pooled_sd(prices) if prices else None
     repeats, cases = min(len(r) for r in runs), len(runs)
-    calibrations = min(len(p) for p in prices) if prices else 1
-    out = {"run_sd": run_sd, "price_sd": price_sd, "runs": repeats, "calibrations": calibrations if prices else 0,
+    calibrations = min(len(p) for p in prices) if prices else 0
+    out = {"run_sd": run_sd, "price_sd": price_sd, "runs": repeats, "calibrations": calibrations,
            "cases": cases, "exact_chance": pass_chance(run_sd, repeats, cases)}
     if price_sd is not None:
         out["priced_chance"] = pass_chance(run_sd, repeats, cases, price_sd, calibrations)

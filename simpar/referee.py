@@ -17,6 +17,10 @@ This module reads both off a validate's own numbers and says what they allow:
 - ``repeats_for``: the fewest runs a case (one calibration a round, as ``--calibrate-after rounds`` takes)
   whose ``priced_chance`` reaches ``CONFIDENT``, up to ``MAX_REPEATS``.
 
+``whole`` asks the same of the whole window against the goal of every world size at once (issue 16's
+``validate --repeats 3`` over 2, 4 and 8 ranks): the median |error| over all the cases within 10 %, and
+every case within 15 % or its own run-to-run spread, whichever is larger (the spread drawn with the runs).
+
 The cases are drawn independently (the calibrations' error is partly common to the cases; the figures are
 a guide, not a proof), by a seeded Monte Carlo, so a report reads the same every time.
 """
@@ -28,6 +32,8 @@ import math
 import numpy as np
 
 GOAL = (0.10, 0.05)  # every case within 10 %, the median within 5 %: the 2-rank goal of issue 16
+# every case within max(15 %, its spread), the median within 10 %: issue 16's goal over 2, 4 and 8 ranks
+WHOLE_GOAL = (0.15, 0.10)
 CONFIDENT = 0.9
 MAX_REPEATS = 15
 TRIALS = 20000
@@ -47,16 +53,43 @@ def pooled_sd(groups: list[list[float]]) -> float | None:
     return math.sqrt(squares / freedom) if freedom else None
 
 
+def _draw(rng, run_sd: float, runs: int, cases: int, price_sd: float, calibrations: int,
+          trials: int) -> tuple[np.ndarray, np.ndarray]:
+    """(|error|, run-to-run spread) of ``cases`` cases of a model without error, ``trials`` times: each case
+    measured as the lower median of ``runs`` log-normal runs (as ``validate.lower_median`` picks one run) and
+    priced by the mean of ``calibrations`` calibrations; the spread as validate's, (max - min) / median run."""
+    logs = np.sort(rng.normal(0.0, run_sd, (trials, cases, runs)), axis=2)
+    measured = logs[:, :, (runs - 1) // 2]
+    priced = rng.normal(0.0, price_sd / math.sqrt(calibrations), (trials, cases)) if price_sd else 0.0
+    spread = (np.exp(logs[:, :, -1]) - np.exp(logs[:, :, 0])) / np.exp(measured)
+    return np.abs(np.exp(priced - measured) - 1.0), spread
+
+
 def pass_chance(run_sd: float, runs: int, cases: int, price_sd: float = 0.0, calibrations: int = 1,
                 within: float = GOAL[0], median_within: float = GOAL[1], trials: int = TRIALS, seed: int = 0) -> float:
     """The chance that ``cases`` cases, each measured as the median of ``runs`` runs (log-normal, ``run_sd``)
     and priced by the mean of ``calibrations`` calibrations (``price_sd`` each) of a model without error, are
     all judged within ``within`` with the median |error| within ``median_within``."""
-    rng = np.random.default_rng(seed)
-    measured = np.median(rng.normal(0.0, run_sd, (trials, cases, runs)), axis=2)
-    priced = rng.normal(0.0, price_sd / math.sqrt(calibrations), (trials, cases)) if price_sd else 0.0
-    errors = np.abs(np.exp(priced - measured) - 1.0)
+    errors, _ = _draw(np.random.default_rng(seed), run_sd, runs, cases, price_sd, calibrations, trials)
     held = (errors.max(axis=1) <= within) & (np.median(errors, axis=1) <= median_within)
+    return float(held.mean())
+
+
+def whole_chance(worlds: list[dict], runs: int | None = None, priced: bool = True, trials: int = TRIALS,
+                 seed: int = 0) -> float:
+    """The chance that a model without error meets ``WHOLE_GOAL`` over the cases of ``worlds`` (``resolution``
+    readings, one a world size): every case within max(15 %, its spread), the median over all within 10 %.
+    ``runs`` a case (and as many calibrations) instead of each world's own; ``priced=False``: prices exact."""
+    rng = np.random.default_rng(seed)
+    errors, spreads = [], []
+    for w in worlds:
+        n = runs or w["runs"]
+        price_sd = (w.get("price_sd") or 0.0) if priced else 0.0
+        e, s = _draw(rng, w["run_sd"], n, w["cases"], price_sd, runs or max(w.get("calibrations") or 1, 1), trials)
+        errors.append(e)
+        spreads.append(s)
+    errors, spreads = np.concatenate(errors, axis=1), np.concatenate(spreads, axis=1)
+    held = (errors <= np.maximum(WHOLE_GOAL[0], spreads)).all(axis=1) & (np.median(errors, axis=1) <= WHOLE_GOAL[1])
     return float(held.mean())
 
 
@@ -76,6 +109,34 @@ def resolution(runs: list[list[float]], prices: list[list[float]] | None = None)
         out["repeats_for"] = next((r for r in range(1, MAX_REPEATS + 1)
                                    if pass_chance(run_sd, r, cases, price_sd, r) >= CONFIDENT), None)
     return out
+
+
+def whole(found: dict) -> dict:
+    """What the window allows against ``WHOLE_GOAL``, from its ``resolution`` readings by world size ({} with
+    fewer than two world sizes): the chance with prices exact, with the window's calibrations where every world
+    size read their spread, and the runs a case that would reach ``CONFIDENT``."""
+    worlds = list(found.values())
+    if len(worlds) < 2:
+        return {}
+    out = {"worlds": sorted(int(w) for w in found), "cases": sum(w["cases"] for w in worlds),
+           "runs": min(w["runs"] for w in worlds), "exact_chance": whole_chance(worlds, priced=False)}
+    if all(w.get("price_sd") is not None for w in worlds):
+        out["priced_chance"] = whole_chance(worlds)
+        out["repeats_for"] = next((r for r in range(1, MAX_REPEATS + 1) if whole_chance(worlds, r) >= CONFIDENT), None)
+    return out
+
+
+def describe_whole(r: dict) -> str:
+    """One line for the whole window against ``WHOLE_GOAL``."""
+    goal = (f"every case within {WHOLE_GOAL[0]:.0%} or its spread, the median within {WHOLE_GOAL[1]:.0%}")
+    line = (f"all {r['cases']} cases ({', '.join(str(w) for w in r['worlds'])} ranks): a model without error would "
+            f"be judged to meet '{goal}' with {r['runs']} runs a case in {100 * r['exact_chance']:.0f} % of windows "
+            f"like this one")
+    if "priced_chance" in r:
+        more = (f"{r['repeats_for']} runs a case would reach {CONFIDENT:.0%}" if r["repeats_for"]
+                else f"no number of runs up to {MAX_REPEATS} reaches {CONFIDENT:.0%}")
+        line += f", priced with the window's calibrations in {100 * r['priced_chance']:.0f} %; {more}"
+    return line
 
 
 def describe(world: int, r: dict) -> str:

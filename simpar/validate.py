@@ -267,10 +267,12 @@ def write_report(path: Path, profile_path: str, cases: list[dict], result: dict,
              f"model-state memory exact: {result['memory_exact']}; median run-to-run spread of the measured "
              f"step time {100 * result['median_spread']:.1f} % (runs per case: {len(cases[0]['real_runs_s'])})", ""]
     if result.get("resolution"):
-        from simpar.referee import describe
+        from simpar.referee import describe, describe_whole
 
         lines += ["What this window's own noise lets it judge (simpar/referee.py):", ""]
-        lines += [f"- {describe(int(world), r)}" for world, r in result["resolution"].items()] + [""]
+        lines += [f"- {describe(int(world), r)}" for world, r in result["resolution"].items()]
+        lines += [f"- {describe_whole(result['resolution_whole'])}"] if result.get("resolution_whole") else []
+        lines += [""]
     at_speed = "median_abs_speed_error" in result
     if at_speed:
         lines += [f"At the window's speed (each run's step time times how fast its cores ran over how fast they ran "

@@ -134,7 +134,12 @@ def run(args) -> int:
     after_paths = [path for _, path in later.taken] if later else []
     result = summary(cases)
     if repeats > 1:  # how finely these runs and calibrations can judge any model (simpar/referee.py)
+        from simpar.referee import whole
+
         result["resolution"] = resolutions(cases, later.profiles(profile) if later else [profile], "fp32")
+        over_all = whole(result["resolution"])  # two world sizes or more: the goal over them all
+        if over_all:
+            result["resolution_whole"] = over_all
     before_too = not later or later.counts_before()
     files = write_report(out, profile_path, cases, result, retimed=args.compute == "retimed",
                          after=", ".join(after_paths), before_too=before_too)
@@ -157,10 +162,12 @@ def run(args) -> int:
               f"median |error| {100 * result['median_abs_speed_error']:.1f} %, max "
               f"{100 * result['max_abs_speed_error']:.1f} %, median spread {100 * result['median_speed_spread']:.1f} %")
     if result.get("resolution"):
-        from simpar.referee import describe
+        from simpar.referee import describe, describe_whole
 
         for world, found in result["resolution"].items():
             print(describe(world, found))
+        if result.get("resolution_whole"):
+            print(describe_whole(result["resolution_whole"]))
     if after_paths and before_too:
         print(f"priced with the average of {profile_path} and the calibrations among the runs, "
               f"{', '.join(after_paths)}")

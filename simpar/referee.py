@@ -67,7 +67,7 @@ def _draw(rng, run_sd: float, runs: int, cases: int, price_sd: float, calibratio
 
 def pass_chance(run_sd: float, runs: int, cases: int, price_sd: float = 0.0, calibrations: int = 1,
                 within: float = GOAL[0], median_within: float = GOAL[1], trials: int = TRIALS, seed: int = 0) -> float:
-    """The chance that ``cases`` cases, each measured as the median of ``runs`` runs (log-normal, ``run_sd``)
+    """The chance that ``cases`` cases, each measured as the (lower) median of ``runs`` runs (log-normal, ``run_sd``)
     and priced by the mean of ``calibrations`` calibrations (``price_sd`` each) of a model without error, are
     all judged within ``within`` with the median |error| within ``median_within``."""
     errors, _ = _draw(np.random.default_rng(seed), run_sd, runs, cases, price_sd, calibrations, trials)
@@ -128,7 +128,7 @@ def whole(found: dict) -> dict:
 
 def describe_whole(r: dict) -> str:
     """One line for the whole window against ``WHOLE_GOAL``."""
-    goal = (f"every case within {WHOLE_GOAL[0]:.0%} or its spread, the median within {WHOLE_GOAL[1]:.0%}")
+    goal = f"every case within {WHOLE_GOAL[0]:.0%} or its spread, the median within {WHOLE_GOAL[1]:.0%}"
     line = (f"all {r['cases']} cases ({', '.join(str(w) for w in r['worlds'])} ranks): a model without error would "
             f"be judged to meet '{goal}' with {r['runs']} runs a case in {100 * r['exact_chance']:.0f} % of windows "
             f"like this one")

@@ -85,7 +85,7 @@ def whole_chance(worlds: list[dict], runs: int | None = None, priced: bool = Tru
     for w in worlds:
         n = runs or w["runs"]
         price_sd = (w.get("price_sd") or 0.0) if priced else 0.0
-        e, s = _draw(rng, w["run_sd"], n, w["cases"], price_sd, runs or max(w.get("calibrations") or 1, 1), trials)
+        e, s = _draw(rng, w["run_sd"], n, w["cases"], price_sd, runs or w.get("calibrations") or 1, trials)
         errors.append(e)
         spreads.append(s)
     errors, spreads = np.concatenate(errors, axis=1), np.concatenate(spreads, axis=1)

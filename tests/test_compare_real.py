@@ -33,12 +33,16 @@ def test_compare_real_json_puts_the_measured_run_beside_the_simulated_one(cli):
         assert comparison["memory"][category]["error"] == 0
     row = comparison["step_time_s"]
     assert row["error"] == pytest.approx((row["sim"] - row["real"]) / row["real"])
+    # the executor's work between ops, in no op measured: the step less each rank's op classes
+    gaps = [real["step_time_s"] - sum(r["op_time"].values()) for r in real["ranks"]]
+    assert comparison["outside_ops_s"]["real"] == pytest.approx(sum(gaps) / 2) and min(gaps) > 0
 
 
 def test_compare_real_table_and_errors(cli):
     table = cli("run", "--strategy", "ddp", "--gpus", "2", "--steps", "1", "--compare-real").stdout
     assert "simulated on a profile of this machine vs measured with gloo" in table
     assert "equal on 2/2 ranks" in table and "step time" in table and "optimizer" in table
+    assert "in no op" in table and "the executor's work between ops" in table
     for args, message in [(("--topology", "pcie"), "--topology: --compare-real simulates the machine"),
                           (("--backend", "mpi"), "--backend: must be one of gloo, nccl"),
                           (("--steps", "0"), "--steps"),

@@ -154,3 +154,21 @@ def test_the_measured_step_time_is_the_slowest_ranks_mean_after_the_first_step()
     ranks = [[0.500, 0.010, 0.030, 0.011], [0.100, 0.012, 0.020, 0.013]]
     assert measured_step_time(ranks) == pytest.approx((0.010 + 0.030 + 0.011) / 3)
     assert measured_step_time([[0.5], [0.7]]) == pytest.approx(0.7)  # one step: it is all there is
+
+
+def test_the_step_in_no_op_is_the_step_less_every_op_class_mean_over_ranks():
+    from simpar.real.compare import comparison, outside_ops
+
+    def side(step, *busy):  # one rank per entry of busy: its op classes' seconds
+        return {"step_time_s": step, "ranks": [{"op_time": {"forward": f, "collectives": c}} for f, c in busy]}
+
+    real = side(0.100, (0.050, 0.042), (0.048, 0.046))  # 8 and 6 ms in no op
+    assert outside_ops(real) == pytest.approx(0.007)
+    assert outside_ops(side(0.090, (0.060, 0.040))) == 0.0  # overlapping streams: never below nothing
+    sim = side(0.100, (0.057, 0.043), (0.057, 0.043))
+    for r in (*real["ranks"], *sim["ranks"]):
+        r.update(bytes_sent=0, bytes_received=0, offload_bytes=0, memory=dict.fromkeys(
+            ("params", "grads", "optimizer", "activations", "buffers", "peak", "host"), 0))
+        r["op_time"].update({k: 0.0 for k in ("backward", "optimizer step", "pipeline p2p", "offload copies")})
+    row = comparison(sim, real)["outside_ops_s"]
+    assert row["sim"] == pytest.approx(0.0) and row["real"] == pytest.approx(0.007) and row["error"] == -1.0

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from simpar.calibrate import default_path
 from simpar.calibrate.profile import HardwareProfile
-from simpar.validate import case_scenario, measure, run_steps
+from simpar.validate import measure, price, run_steps
 
 
 def rotated(strategies: list[str], round_: int) -> list[str]:
@@ -82,8 +82,6 @@ def main(argv=None) -> int:
     if not Path(path).exists():
         parser.error(f"--hardware: no profile at {path}; run 'simpar calibrate' first")
     profile = HardwareProfile.load(path)
-    from simpar.validate import price  # (after the checks: it imports the simulator)
-
     prices = {s: price(profile, s, args.gpus, "fp32") for s in strategies}
     steps = {s: run_steps(profile, s, args.gpus, "fp32", args.steps, args.seconds) for s in strategies}
     runs: dict[str, list[float]] = {s: [] for s in strategies}

@@ -147,10 +147,9 @@ def print_comparison(scenario: Scenario, result: dict, backend: str) -> None:
         row = c["op_time_s"][kind]
         if row["sim"] or row["real"]:
             print(_line(kind, row, units.human_time))
-    if "outside_ops_s" in c:  # the executor's work between ops: priced in the computes after it
-        print(_line("in no op", c["outside_ops_s"], units.human_time,
-                    "(measured: the executor's work between ops; a calibrated profile prices it in the "
-                    "computes after it)"))
+    print(_line("in no op", c["outside_ops_s"], units.human_time,
+                "(measured: the executor's work between ops; a calibrated profile prices it in the "
+                "computes after it)"))
     print("bytes per rank and step (largest rank):")
     for key, label in (("bytes_sent", "sent"), ("bytes_received", "received"), ("offload_bytes", "offload")):
         row = c[key]

@@ -194,6 +194,40 @@ def test_a_call_after_a_short_compute_is_priced_at_what_the_short_loop_measured(
     assert full.step_time_s < at_steps.step_time_s
 
 
+
+def test_a_call_after_no_compute_is_anchored_at_the_back_to_back_pace():
+    """The step latency is fitted on a series of calls after a unit's compute and carries its stalls; a call
+    after no compute goes at the back-to-back pace (tensor-parallel calls after short pieces cost less than
+    their steps at the step latency, docs/calibration.md). So the short computes' curve starts from the
+    back-to-back ring's price of the short loops' all-reduce less the step's, not from nothing: where ranks fit
+    the cores and the profile has the back-to-back fit; older profiles and more ranks than cores as before."""
+    from simpar.calibrate.profile import PHASE_SIZE, ring_price
+
+    profile = _profile()
+    profile.wake, profile.wake_phase = {"2": 1e-3, "4": 1e-3}, {"2": 2e-3, "4": 2e-3}
+    profile.wake_short = {"2": [[0.5e-3, -0.1e-3]], "4": [[0.5e-3, -0.1e-3]]}
+    older = profile.topology(2, "fp32")
+    assert older.wake_anchor == 0.0 and older.wake_share(0.0) == 0.0  # no back-to-back fit: as before
+    profile.samples = {"shared": {"2": {"back_to_back": [20e-6, 2e9]}, "4": {"back_to_back": [0.2e-3, 1e9]}}}
+    anchor = (ring_price("allreduce", PHASE_SIZE, 2, 20e-6, 2e9) - ring_price("allreduce", PHASE_SIZE, 2, 50e-6, 2e9))
+    assert anchor == pytest.approx(-60e-6)  # two steps, each 30 us quicker back to back
+    topology = profile.topology(2, "fp32")
+    assert topology.wake_anchor == pytest.approx(anchor)
+    # through (0, the anchor), the short loop's point (unchanged) and the whole wake at the unit's compute
+    shares = [topology.wake_share(p) for p in (0.0, 0.25e-3, 0.5e-3, 1.25e-3, 2e-3)]
+    assert shares == pytest.approx([-0.06, -0.08, -0.1, 0.45, 1.0])
+    assert topology.collective_wake(0.0) == pytest.approx(anchor)
+    assert topology.wake_share(0.0, ((0.5e-3, 0.5e-3),)) == 0.0  # another op's points start from nothing
+    assert profile.topology(4, "fp32").wake_anchor == 0.0  # 4 ranks on 2 cores: every call waits for slices
+
+    # in a step: tp's calls after its pieces pay the difference, the replayed and fixed steps equal the full one
+    scenario = make_scenario(model("tiny-deep"), "tp", 2, micro_batch=2, precision="fp32", topology="cpu-host")
+    full, replayed = (simulate(scenario, topology=topology, serial=True, replay=r) for r in (False, True))
+    fixed = simulate(scenario, topology=profile.topology(2, "fp32"), serial=True, fast=True)
+    assert full.step_time_s == pytest.approx(replayed.step_time_s, rel=1e-9) == fixed.step_time_s
+    assert full.step_time_s < simulate(scenario, topology=older, serial=True).step_time_s
+
+
 def _whole(profile):
     return replace(profile, wake_short={})
 

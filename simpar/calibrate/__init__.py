@@ -25,8 +25,8 @@ from simpar.calibrate.compute_bench import compute_worker
 from simpar.calibrate.lag import wake_curve
 from simpar.calibrate.pipeline_bench import late_recv_cost, late_worker, relay_worker
 from simpar.calibrate.cold import COLD_KINDS, TAUS
-from simpar.calibrate.profile import (HardwareProfile, fit_collective_costs, fit_line, fit_unit_costs, machine_id,
-                                     ring_price, ring_steps, step_bytes, unit_fit_residual)
+from simpar.calibrate.profile import (PHASE_SIZE, HardwareProfile, fit_collective_costs, fit_line, fit_unit_costs,
+                                     machine_id, ring_price, ring_steps, step_bytes, unit_fit_residual)
 from simpar.calibrate.series import (SERIES, SERIES_SECONDS, series_first, series_last, series_late, series_level,
                                     series_positions, series_wake, series_worker)
 from simpar.calibrate.tp_bench import fit_tp_pieces, tp_piece_worker
@@ -39,7 +39,6 @@ MODELS = ["tiny", "small", "tiny-deep"]
 BATCHES = [1, 2, 4]
 RING_SIZES = [2**k for k in range(12, 22)]  # 4 KiB to 2 MiB
 PATTERN_SIZES = [2**12, 2**18, 2**21]  # 4 KiB to 2 MiB: a TP activation to a DDP bucket
-PHASE_SIZE = 2**18  # the all-reduce after phase_worker's short and long compute
 # how long phase_worker's loops run at the default 10 repeats (fewer repeats: shorter): long enough to
 # average the states of this VM's cores, which flip between fast and slow for seconds at a time
 PHASE_SECONDS = 12.0

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 
 VERSION = 18
 UNIT_KINDS = ("embedding", "layer", "head")
+PHASE_SIZE = 2**18  # bytes of the all-reduce after the calibration's short and long computes (phase_worker)
 
 
 def fit_line(xs, ys) -> tuple[float, float]:
@@ -312,6 +313,22 @@ class HardwareProfile:
         alpha, bandwidth = self._nearest(self.ring, world)
         return float(alpha), float(bandwidth)
 
+    def short_anchor(self, world: int) -> float:
+        """What a call right after no compute pays beyond its steps at the step latency (the first point of
+        ``wake_short``'s curve): the back-to-back ring's price of the short loops' all-reduce (``PHASE_SIZE``)
+        less the step's. The step latency is fitted on a series of calls after a unit's compute and carries its
+        stalls (0.44-0.90 ms a step over seven calibrations at 2 ranks, back to back 0.21-0.33); a call after no
+        compute has none of them (tensor-parallel calls after 0.2-0.45 ms pieces cost 1.1-1.4 ms where the
+        step latency priced 1.7-1.8: docs/calibration.md). 0 where the ranks outnumber the cores (every call
+        waits for time slices there, as the series' positions do: ``series_late``) and without the back-to-back
+        fit (older profiles)."""
+        shared = {w: s["back_to_back"] for w, s in (self.samples.get("shared") or {}).items() if "back_to_back" in s}
+        if not shared or world > int(self.machine.get("cores") or 1):
+            return 0.0
+        back_to_back = [float(x) for x in self._nearest(shared, world)]
+        return (ring_price("allreduce", PHASE_SIZE, world, *back_to_back)
+                - ring_price("allreduce", PHASE_SIZE, world, *self.ring_step(world)))
+
     def wake_cost(self, world: int) -> float:
         return float(self._nearest(self.wake, world)) if self.wake else 0.0
 
@@ -407,6 +424,7 @@ class HardwareProfile:
             topology.gather_short = (tuple(float(x) for x in self.series_first[str(world)]),)
         if self.wake_short:
             topology.wake_short = tuple((float(c), float(p)) for c, p in self._nearest(self.wake_short, world))
+            topology.wake_anchor = self.short_anchor(world)
         if self.worker_server:
             wake, latency, rate = (float(x) for x in self._nearest(self.worker_server, world))
             topology.worker_server_wake, topology.worker_server_leg = wake, (latency, rate)

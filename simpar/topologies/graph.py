@@ -71,12 +71,16 @@ class Topology:
         # ... and the Worker-Server all-reduce's own, which grows less (None: as the ring's)
         self.worker_server_curve: tuple[tuple[float, ...], tuple[float, ...]] | None = None
         # ((seconds of a short compute, what a call after it pays beyond its steps; negative: less), ...): below
-        # wake_phase the wake is interpolated through (0, 0), these and (wake_phase, the wake), as a share of
-        # the algorithm's wake; None: paid whole
+        # wake_phase the wake is interpolated through (0, wake_anchor), these and (wake_phase, the wake), as a
+        # share of the algorithm's wake; None: paid whole
         self.wake_short: tuple[tuple[float, float], ...] | None = None
         # the same points for the executor's ZeRO-3 gathers of parameters, from its own series after a layer-sized
         # compute (a calibrated profile's series_first); None: wake_short's
         self.gather_short: tuple[tuple[float, float], ...] | None = None
+        # what a call right after a zero-length compute pays beyond its steps at the step latency (wake_short's
+        # first point, 0 elsewhere): the back-to-back pace against the in-step one, at the short loops' size
+        # (negative: the step latency is fitted on a series after a unit's compute, whose stalls such a call has not)
+        self.wake_anchor = 0.0
         self.handoff_latency = 0.0  # the same for a pipeline send: it waits for one neighbour, not a group
         # seconds a compute right after a collective, send or receive pays: a rank resuming after a blocked
         # receive computes slower for a while (a calibrated profile's resume; 0 elsewhere)
@@ -229,8 +233,10 @@ class Topology:
         """The share of the wake a call pays after ``phase`` seconds of compute: all of it from the compute it
         was measured after (``wake_phase``) on; below, through what short computes' calls paid beyond their
         steps (``wake_short``, each point; below 0 where it cost less than its steps at the step latency in a
-        step: the calls of a short compute's pattern go nearer the back-to-back pace) and nothing right after
-        another call (``points``: another op's, instead of ``wake_short``). 1 without the measurements."""
+        step: the calls of a short compute's pattern go nearer the back-to-back pace), from what a call after no
+        compute pays (``wake_anchor``: the back-to-back pace; ``points``, another op's instead of ``wake_short``:
+        nothing). 1 without the measurements."""
+        start = 0.0 if points else min(self.wake_anchor / self.wake_latency, 1.0) if self.wake_latency else 0.0
         points = points or self.wake_short
         if not points or phase >= self.wake_phase or not self.wake_latency:
             return 1.0
@@ -238,7 +244,7 @@ class Topology:
         points = sorted((short, min(paid / self.wake_latency, 1.0)) for short, paid in points
                         if 0.0 < short < self.wake_phase)
         phases = [0.0] + [short for short, _ in points] + [self.wake_phase]
-        return float(np.interp(phase, phases, [0.0] + [share for _, share in points] + [1.0]))
+        return float(np.interp(phase, phases, [start] + [share for _, share in points] + [1.0]))
 
     def leg_pricing(self, algo: str | None, phases) -> tuple[float, float] | None:
         """(latency, wire fraction) for ``Network.transfer_all`` that price each leg of a Worker-Server call as

@@ -194,7 +194,6 @@ def test_a_call_after_a_short_compute_is_priced_at_what_the_short_loop_measured(
     assert full.step_time_s < at_steps.step_time_s
 
 
-
 def test_a_call_after_no_compute_is_anchored_at_the_back_to_back_pace():
     """The step latency is fitted on a series of calls after a unit's compute and carries its stalls; a call
     after no compute goes at the back-to-back pace (tensor-parallel calls after short pieces cost less than

@@ -236,7 +236,7 @@ class Topology:
         step: the calls of a short compute's pattern go nearer the back-to-back pace), from what a call after no
         compute pays (``wake_anchor``: the back-to-back pace; ``points``, another op's instead of ``wake_short``:
         nothing). 1 without the measurements."""
-        start = 0.0 if points else min(self.wake_anchor / self.wake_latency, 1.0) if self.wake_latency else 0.0
+        anchored = not points  # another op's points start from nothing
         points = points or self.wake_short
         if not points or phase >= self.wake_phase or not self.wake_latency:
             return 1.0
@@ -244,6 +244,7 @@ class Topology:
         points = sorted((short, min(paid / self.wake_latency, 1.0)) for short, paid in points
                         if 0.0 < short < self.wake_phase)
         phases = [0.0] + [short for short, _ in points] + [self.wake_phase]
+        start = min(self.wake_anchor / self.wake_latency, 1.0) if anchored else 0.0
         return float(np.interp(phase, phases, [start] + [share for _, share in points] + [1.0]))
 
     def leg_pricing(self, algo: str | None, phases) -> tuple[float, float] | None:

@@ -5,7 +5,8 @@ import json
 import numpy as np
 import pytest
 
-from simpar.calibrate.profile import HardwareProfile, fit_line
+from simpar.calibrate.profile import HardwareProfile
+from simpar.calibrate.fits import fit_line
 from simpar.errors import SimparError
 from simpar.models import model
 from simpar.scenario import make_scenario
@@ -20,7 +21,7 @@ def _profile() -> HardwareProfile:
 
 
 def test_unit_costs_fit_an_overhead_per_kind_of_unit_and_one_rate():
-    from simpar.calibrate.profile import fit_unit_costs
+    from simpar.calibrate.fits import fit_unit_costs
 
     truth = {"embedding": 30e-6, "layer": 300e-6, "head": 80e-6}
     rows = [{"unit": kind, "fwd_flops": f, "fwd_s": truth[kind] + f / 2e10}
@@ -31,7 +32,7 @@ def test_unit_costs_fit_an_overhead_per_kind_of_unit_and_one_rate():
 def test_unit_costs_refit_without_an_overhead_that_fits_below_zero():
     """The layer rows sit below the line (as noise can put them): its overhead is fixed at 0 and
     the others refitted, instead of a negative overhead clipped after the fact."""
-    from simpar.calibrate.profile import fit_unit_costs
+    from simpar.calibrate.fits import fit_unit_costs
 
     rows = [{"unit": "embedding", "fwd_flops": f, "fwd_s": 30e-6 + f / 2e10} for f in (1e6, 4e6, 16e6)]
     rows += [{"unit": "layer", "fwd_flops": f, "fwd_s": f / 2e10 * 0.9} for f in (1e6, 4e6, 16e6)]

@@ -56,7 +56,7 @@ def test_calibrate_then_validate_end_to_end(tmp_path, cli):
     assert all(0 < compute < 1.0 and abs(extra) < 1.0 for compute, extra in data["series_first"].values())
     # the first call after a short compute (timed warm), beyond what the fitted ring prices that call at
     from simpar.calibrate import PHASE_SIZE
-    from simpar.calibrate.profile import ring_price
+    from simpar.calibrate.fits import ring_price
 
     # after each of the short loops' computes, the longer one's longer
     timed = data["samples"]["shared"]["2"]["short_calls"]

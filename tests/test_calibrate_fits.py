@@ -10,7 +10,7 @@ import pytest
 def test_collective_costs_fit_a_wake_a_step_latency_and_a_bandwidth():
     """A burst, then 1 or 4 calls in a row: the wake is paid once (a collective's and a pipeline
     handoff's their own), every step its latency and bytes."""
-    from simpar.calibrate.profile import fit_collective_costs
+    from simpar.calibrate.fits import fit_collective_costs
 
     rows = [{"op": op, "calls": m, "steps": k, "step_bytes": b,
              "seconds": (1.2e-3 if op == "allgather" else 0.4e-3) + m * k * (300e-6 + b / 2e9)}
@@ -25,7 +25,7 @@ def test_collective_costs_fit_a_wake_a_step_latency_and_a_bandwidth():
 
 
 def test_a_measured_wake_is_taken_as_given_and_the_steps_fitted_around_it():
-    from simpar.calibrate.profile import fit_collective_costs
+    from simpar.calibrate.fits import fit_collective_costs
 
     rows = [{"op": "allgather", "calls": m, "steps": k, "step_bytes": b,
              "seconds": 0.2e-3 + m * k * (300e-6 + b / 2e9)} for m in (1, 4) for k in (1, 2) for b in (2e3, 1e6)]
@@ -193,7 +193,7 @@ def test_the_rise_fit_is_the_least_squares_fit_over_the_terms_that_come_out_non_
 def test_the_embeddings_backward_is_fitted_an_overhead_and_a_cost_per_element_of_its_table():
     """Two tables (tiny's 16 K elements, small's 131 K), as the calibration times them: the dense table
     gradient's cost per element comes out beside the unit overheads and the FLOP rate."""
-    from simpar.calibrate.profile import fit_unit_costs
+    from simpar.calibrate.fits import fit_unit_costs
 
     truth = {"embedding": 90e-6, "layer": 300e-6, "head": 80e-6}
     rows = [{"unit": kind, "table": table if kind == "embedding" else 0, "bwd_flops": f,
@@ -242,7 +242,7 @@ def test_unit_costs_fit_the_relative_error_so_short_units_are_not_left_one_sided
     """Timings the line cannot pass through exactly (the long units cost more than the line, as small's do
     on this VM): least squares in seconds lets the long rows set the line and prices the short rows of a
     kind long on average; the fit minimises the relative error instead, so they come out about even."""
-    from simpar.calibrate.profile import fit_unit_costs
+    from simpar.calibrate.fits import fit_unit_costs
 
     rows = []
     for kind, overhead in (("embedding", 150e-6), ("layer", 300e-6), ("head", 200e-6)):
@@ -290,7 +290,7 @@ def _layer_rows(per_score: float) -> list[dict]:
 def test_a_layers_attention_scores_are_fitted_beside_its_flops():
     """Timings that pay 3 ns an attention score: the fit recovers it, the overheads and the rate; without
     the term (rows that pay nothing for scores) it fits 0."""
-    from simpar.calibrate.profile import fit_unit_costs
+    from simpar.calibrate.fits import fit_unit_costs
 
     costs, extras = fit_unit_costs(_layer_rows(3e-9), "fwd", ("scores",))
     assert costs == pytest.approx([10e-6, 40e-6, 20e-6, 2e10]) and extras["scores"] == pytest.approx(3e-9)

@@ -171,7 +171,7 @@ def test_a_call_after_a_short_compute_is_priced_at_what_the_short_loop_measured(
     call, below zero where it cost less (its calls go nearer the back-to-back pace than the step latency in
     a step, which is measured after a unit's compute): at that compute the simulator charges the measured
     call; between it and the unit's compute it interpolates towards the whole wake."""
-    from simpar.calibrate.profile import ring_price
+    from simpar.calibrate.fits import ring_price
 
     profile = _profile()
     alpha, bandwidth = profile.ring["2"]
@@ -200,7 +200,8 @@ def test_a_call_after_no_compute_is_anchored_at_the_back_to_back_pace():
     their steps at the step latency, docs/calibration.md). So the short computes' curve starts from the
     back-to-back ring's price of the short loops' all-reduce less the step's, not from nothing: where ranks fit
     the cores and the profile has the back-to-back fit; older profiles and more ranks than cores as before."""
-    from simpar.calibrate.profile import PHASE_SIZE, ring_price
+    from simpar.calibrate.profile import PHASE_SIZE
+    from simpar.calibrate.fits import ring_price
 
     profile = _profile()
     profile.wake, profile.wake_phase = {"2": 1e-3, "4": 1e-3}, {"2": 2e-3, "4": 2e-3}

@@ -46,7 +46,7 @@ def _rows(tau: float, cold: dict) -> list[dict]:
 def test_the_fit_recovers_a_planted_cold_cost_and_its_decay_time():
     """Rows whose embedding and head pay a cold cost by their gaps (tau 5 ms): the fit at that tau gives back
     every term, and of the decay times it tries that one leaves the least error."""
-    from simpar.calibrate.profile import fit_unit_costs, unit_fit_residual
+    from simpar.calibrate.fits import fit_unit_costs, unit_fit_residual
 
     cold = {("embedding", "fwd"): 150e-6, ("head", "fwd"): 120e-6, ("head", "bwd"): 300e-6}
     rows = _rows(5e-3, cold)

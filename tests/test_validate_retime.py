@@ -5,7 +5,8 @@ import pytest
 
 import simpar.calibrate as calibrate
 import simpar.validate as validate
-from simpar.calibrate.profile import HardwareProfile, fit_unit_costs
+from simpar.calibrate.profile import HardwareProfile
+from simpar.calibrate.fits import fit_unit_costs
 
 
 def _profile() -> HardwareProfile:

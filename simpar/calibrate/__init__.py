@@ -25,8 +25,9 @@ from simpar.calibrate.compute_bench import compute_worker
 from simpar.calibrate.lag import wake_curve
 from simpar.calibrate.pipeline_bench import late_recv_cost, late_worker, relay_worker
 from simpar.calibrate.cold import COLD_KINDS, TAUS
-from simpar.calibrate.profile import (PHASE_SIZE, HardwareProfile, fit_collective_costs, fit_line, fit_unit_costs,
-                                     machine_id, ring_price, ring_steps, step_bytes, unit_fit_residual)
+from simpar.calibrate.fits import (fit_collective_costs, fit_line, fit_unit_costs, ring_price, ring_steps, step_bytes,
+                                  unit_fit_residual)
+from simpar.calibrate.profile import PHASE_SIZE, HardwareProfile, machine_id
 from simpar.calibrate.series import (SERIES, SERIES_SECONDS, series_first, series_last, series_late, series_level,
                                     series_positions, series_wake, series_worker)
 from simpar.calibrate.tp_bench import fit_tp_pieces, tp_piece_worker

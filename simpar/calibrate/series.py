@@ -163,7 +163,7 @@ def beyond_price(seconds: float, call: dict, world: int, alpha: float, bytes_per
                  handling: list[float]) -> float:
     """Seconds a gather of the series (``call``: ``gather_shape``) took beyond what the simulator prices it at:
     the ring's step latency and bandwidth, and the executor's handling of its data (per tensor, per element)."""
-    from simpar.calibrate.profile import ring_price
+    from simpar.calibrate.fits import ring_price
 
     per_tensor, per_element = handling or (0.0, 0.0)
     return (seconds - ring_price("allgather", call["bytes"], world, alpha, bytes_per_s)
@@ -189,7 +189,7 @@ def series_level(positions: list[float], calls: list[dict], world: int, alpha: f
     out of step (``ModelStates`` hands each module back between calls), so more receives block and wait to
     be woken than in a bare series: at 2 ranks on the development VM the second to fourth calls took 0.68-0.89
     ms where the bare rows priced 0.51-0.77 (2026-11-26). 0 without a series (ranks outnumbering the cores)."""
-    from simpar.calibrate.profile import ring_steps
+    from simpar.calibrate.fits import ring_steps
 
     if len(positions) < SERIES or len(calls) != len(positions):
         return 0.0

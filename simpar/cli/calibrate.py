@@ -80,7 +80,7 @@ def run_average(args) -> int:
 
 def _save_and_show(profile, args, precision: str, what: str = "") -> int:
     from simpar.calibrate import default_path
-    from simpar.calibrate.profile import UNIT_KINDS
+    from simpar.calibrate.fits import UNIT_KINDS
 
     path = args.out or str(default_path(precision))
     if not args.out:

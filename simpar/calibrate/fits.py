@@ -1,0 +1,139 @@
+"""The fits and prices of the calibration's rows, apart from the profile they go into (profile.py).
+
+A unit's forward or backward takes ``overhead[kind] + flops / rate`` (per phase, least squares of the relative
+error; the overhead is the framework's per-op cost, which dominates small models on a CPU, and depends on how
+many kernels the unit launches: an embedding few, a transformer layer dozens); a collective of k ring steps
+moving s bytes each costs ``k (alpha + s / bandwidth)``, and the first one after computing ``wake`` more; a
+line through timings disturbed by the scheduler is a Theil-Sen line.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from simpar.calibrate.cold import COLD_KINDS, cold_share
+
+UNIT_KINDS = ("embedding", "layer", "head")
+
+
+def fit_line(xs, ys) -> tuple[float, float]:
+    """(intercept, slope) of a Theil-Sen line (the median of the pairwise slopes, then the median
+    intercept): a few timings disturbed by the scheduler do not tilt it, as they would a least-squares
+    fit. Both are kept non-negative."""
+    xs, ys = np.asarray(xs, dtype=float), np.asarray(ys, dtype=float)
+    pairs = [(ys[j] - ys[i]) / (xs[j] - xs[i]) for i in range(len(xs)) for j in range(i + 1, len(xs))
+             if xs[j] != xs[i]]
+    if not pairs:
+        return float(max(np.median(ys), 0.0)), 0.0
+    slope = max(float(np.median(pairs)), 0.0)
+    intercept = float(np.median(ys - slope * xs))
+    if intercept < 0:  # through the origin instead
+        return 0.0, float(np.median(ys[xs > 0] / xs[xs > 0]))
+    return intercept, slope
+
+
+def fit_unit_costs(rows: list[dict], phase: str, extras: tuple[str, ...] = (),
+                   tau: float = 0.0) -> tuple[list[float], dict]:
+    """([overhead of an embedding, a layer, a head, FLOP/s], {extra: seconds per one of it}) fitted to ``rows``
+    (kind, flops, seconds, and each of ``extras``: "table", the embedding's table elements; "scores", a
+    layer's attention scores, batch x heads x seq^2; 0 where a row lacks it) by least squares
+    on the relative error (each row weighted by 1 / its seconds) with non-negative terms: one that fits
+    below zero (noise) is fixed at zero and the rest refitted without it. Relative, because the units a
+    step sums span 0.1 to 4 ms and are judged by their relative error: least squares in seconds let small's
+    4 ms units set the line and left tiny's (the shape of tiny-deep, which ``validate`` runs) one-sided,
+    in every row of four calibrations of 2026-11-25: the layer's backward +8 % on average (-3 to +18 %),
+    the head's forward +20 % (+5 to +40 %); weighted, +0.6 % and +1.2 %, small's within 4 % either way.
+    The table term (the backward) prices the embedding's dense gradient: its backward writes a gradient of
+    the whole vocab x hidden table (zeroed, then the tokens' rows added), and with tied embeddings adds it
+    to the head's; isolated on one rank, 96-104 us for tiny's 16 K elements and 119-199 us for small's
+    131 K, whatever the batch; one overhead for both made small's 10-45 % short and tiny-deep's 11-120 %
+    long inside a step. The scores term prices the CPU attention kernel's
+    work per score, whatever the head's size: interleaved on one rank, a layer of 8 heads of 8 took 9-20 %
+    longer backward than one of 4 heads of 16 with the same FLOPs, the extra growing as seq^2 x heads
+    (2.5-3.2 ns a score forward, 7-10 ns backward, at seq 32-128). With ``tau`` (and rows that timed their
+    gaps) the embedding and the head pay ``cold_<kind>`` x their ops' mean ``1 - exp(-gap / tau)`` besides:
+    the caches they find cold (calibrate/cold.py)."""
+    design, seconds, extras = _unit_design(rows, phase, extras, tau)
+    coefficients = _nonnegative_fit(design, seconds)
+    per_flop = max(float(coefficients[-1]), 1e-15)
+    overheads = [float(c) for c in coefficients[:len(UNIT_KINDS)]]
+    per_extra = {extra: float(coefficients[len(UNIT_KINDS) + i]) for i, extra in enumerate(extras)}
+    return overheads + [1.0 / per_flop], per_extra
+
+
+def unit_fit_residual(rows: list[dict], phase: str, extras: tuple[str, ...], tau: float) -> float:
+    """The sum of squared relative errors ``fit_unit_costs`` leaves on ``rows`` (how ``tau`` is chosen)."""
+    design, seconds, _ = _unit_design(rows, phase, extras, tau)
+    priced = design @ _nonnegative_fit(design, seconds)
+    return float(np.sum((priced / seconds - 1.0) ** 2))
+
+
+def _unit_design(rows: list[dict], phase: str, extras: tuple[str, ...], tau: float):
+    if tau > 0 and all(f"{phase}_gaps" in r for r in rows):
+        extras = extras + tuple(f"cold_{kind}" for kind in COLD_KINDS)
+        rows = [{**r, **{f"cold_{k}": cold_share(r[f"{phase}_gaps"], tau) if r["unit"] == k else 0.0
+                         for k in COLD_KINDS}} for r in rows]
+    columns = [[r["unit"] == k for k in UNIT_KINDS] + [r.get(extra, 0) for extra in extras] + [r[f"{phase}_flops"]]
+               for r in rows]
+    return np.array(columns, dtype=float), np.array([r[f"{phase}_s"] for r in rows]), extras
+
+
+def _nonnegative_fit(design: np.ndarray, seconds: np.ndarray) -> np.ndarray:
+    """Least squares of the relative error with every term but the last (the FLOPs') non-negative: one
+    that fits below zero is fixed at zero and the rest refitted without it."""
+    weight = 1.0 / np.maximum(seconds, 1e-9)  # relative error; a zero timing (none in practice) stays finite
+    free = list(range(design.shape[1]))
+    while True:
+        coefficients = np.zeros(design.shape[1])
+        coefficients[free] = np.linalg.lstsq(design[:, free] * weight[:, None], seconds * weight, rcond=None)[0]
+        negative = [i for i in free[:-1] if coefficients[i] < 0]  # the FLOP term always stays
+        if not negative:
+            return coefficients
+        free.remove(min(negative, key=lambda i: coefficients[i]))
+
+
+def step_bytes(op: str, size: int, world: int) -> float:
+    """Bytes one step of a call of ``size`` bytes (fp32, at least one element a rank) moves: a ring step
+    1/world of the buffer; a handoff or a Worker-Server leg the whole of it."""
+    return max(size // 4, world) * 4 / (1 if op in ("handoff", "psreduce") else world)
+
+
+def ring_price(op: str, size: int, world: int, alpha: float, bandwidth: float) -> float:
+    """Seconds a fitted ring (``alpha`` per step, ``bandwidth`` bytes/s) prices one ``op`` of ``size`` bytes
+    at ``world`` ranks, as ``fit_collective_costs`` fits it: its steps, each a latency and its bytes."""
+    return ring_steps(op, world) * (alpha + step_bytes(op, size, world) / bandwidth)
+
+
+def ring_steps(op: str, world: int) -> int:
+    """Ring steps of one call: an all-gather k - 1, an all-reduce (reduce-scatter + all-gather) 2(k - 1),
+    a handoff one; of a Worker-Server all-reduce, its one-way legs: 2(k - 1), each the whole buffer."""
+    if op == "handoff":
+        return 1
+    return (world - 1) * (2 if op in ("allreduce", "psreduce") else 1)
+
+
+def fit_collective_costs(rows: list[dict], wake: float | None = None) -> tuple[float, float, float, float]:
+    """(wake seconds, handoff wake seconds, per-step seconds, bytes/s) of ``seconds = wake[op] + calls x
+    steps (alpha + step_bytes / bandwidth)`` (a compute burst, then ``calls`` collectives of ``steps``
+    ring steps in a row, or ``calls`` pipeline handoffs of one step each) fitted to ``rows`` by least
+    squares: one step latency and bandwidth for both (a handoff is one exchange with a neighbour, as a
+    ring step is), a wake of their own (a collective's first call waits for the slowest of its whole
+    group to finish computing, a handoff for one neighbour). A collective ``wake`` measured apart
+    (``series_wake``) is taken as given instead of fitted. A term that fits below zero (noise) is
+    fixed at zero and the others refitted; a handoff wake without handoff rows is 0."""
+    design = np.array([[float(r["op"] != "handoff"), float(r["op"] == "handoff"), r.get("calls", 1) * r["steps"],
+                        r.get("calls", 1) * r["steps"] * r["step_bytes"]] for r in rows])
+    seconds = np.array([r["seconds"] for r in rows])
+    if wake is not None:
+        seconds = seconds - wake * design[:, 0]
+        design[:, 0] = 0.0
+    free = [i for i in range(4) if design[:, i].any()]
+    while True:
+        coefficients = np.zeros(4)
+        coefficients[free] = np.linalg.lstsq(design[:, free], seconds, rcond=None)[0]
+        negative = [i for i in free if coefficients[i] < 0]
+        if not negative:
+            break
+        free.remove(min(negative, key=lambda i: coefficients[i]))
+    fitted, handoff, alpha, per_byte = (float(c) for c in coefficients)
+    return (fitted if wake is None else wake), handoff, alpha, 1.0 / per_byte if per_byte > 0 else 1e12

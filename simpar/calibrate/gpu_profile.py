@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from simpar.calibrate.fits import fit_line
 from simpar.costs.gpu import Gemm, KernelModel, gemm_time
 from simpar.devices.presets import GPUS
 from simpar.devices.specs import GPUSpec
@@ -46,8 +47,6 @@ def fit_stream(rows: list[dict], cache_bytes: int = 0) -> tuple[float, float]:
     the kernels that move at least 4x the L2 cache (``cache_bytes``; smaller ones partly stay in L2,
     which Megatron's activations, tens to hundreds of MB, do not), the overhead from those under
     1/32 of it; sizes between are L2's, which the model does not price."""
-    from simpar.calibrate.fits import fit_line
-
     large = [r for r in rows if r["bytes"] >= 4 * cache_bytes]
     if len(large) < 2:
         large = rows
@@ -75,8 +74,6 @@ def fit_gemm_efficiency(rows: list[dict], spec: GPUSpec, base: KernelModel) -> f
 
 
 def fit_allreduce(rows: list[dict], world: int) -> dict:
-    from simpar.calibrate.fits import fit_line
-
     moved = [r["bytes"] * 2 * (world - 1) / world for r in rows]
     latency, per_byte = fit_line(moved, [r["seconds"] for r in rows])
     largest = max(rows, key=lambda r: r["bytes"])

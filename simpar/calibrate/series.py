@@ -19,6 +19,8 @@ from __future__ import annotations
 import statistics
 import time
 
+from simpar.calibrate.fits import ring_price, ring_steps
+
 SERIES = 4  # calls in a row after a unit's compute in pattern_worker's rows (and 1): the step latency's fit
 SERIES_SECONDS = 6.0  # how long series_worker times its series (at the default repeats)
 SERIES_COMPUTE = 8e-4  # seconds (alone) of the products before each of series_worker's series: a layer's piece
@@ -163,8 +165,6 @@ def beyond_price(seconds: float, call: dict, world: int, alpha: float, bytes_per
                  handling: list[float]) -> float:
     """Seconds a gather of the series (``call``: ``gather_shape``) took beyond what the simulator prices it at:
     the ring's step latency and bandwidth, and the executor's handling of its data (per tensor, per element)."""
-    from simpar.calibrate.fits import ring_price
-
     per_tensor, per_element = handling or (0.0, 0.0)
     return (seconds - ring_price("allgather", call["bytes"], world, alpha, bytes_per_s)
             - per_tensor * call["tensors"] - per_element * call["elements"])
@@ -189,8 +189,6 @@ def series_level(positions: list[float], calls: list[dict], world: int, alpha: f
     out of step (``ModelStates`` hands each module back between calls), so more receives block and wait to
     be woken than in a bare series: at 2 ranks on the development VM the second to fourth calls took 0.68-0.89
     ms where the bare rows priced 0.51-0.77 (2026-11-26). 0 without a series (ranks outnumbering the cores)."""
-    from simpar.calibrate.fits import ring_steps
-
     if len(positions) < SERIES or len(calls) != len(positions):
         return 0.0
     beyond = [beyond_price(t, call, world, alpha, bytes_per_s, handling)

@@ -17,16 +17,13 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
-
 from simpar.calibrate.bench import (PATTERN_OPS, PHASE_UNITS, SHORT_LOOPS, burst_worker, host_worker,
                                    pattern_worker, phase_cost, phase_worker, ring_worker)
 from simpar.calibrate.compute_bench import compute_worker
 from simpar.calibrate.lag import wake_curve
 from simpar.calibrate.pipeline_bench import late_recv_cost, late_worker, relay_worker
-from simpar.calibrate.cold import COLD_KINDS, TAUS
-from simpar.calibrate.fits import (fit_collective_costs, fit_line, fit_unit_costs, ring_price, ring_steps, step_bytes,
-                                  unit_fit_residual)
+from simpar.calibrate.fits import (adam_per_tensor, fit_collective_costs, fit_compute, fit_line, fit_optimizer_step,
+                                  fit_sharded_work, fit_tensor_work, ring_price, ring_steps, step_bytes)
 from simpar.calibrate.profile import PHASE_SIZE, HardwareProfile, machine_id
 from simpar.calibrate.series import (SERIES, SERIES_SECONDS, series_first, series_last, series_late, series_level,
                                     series_positions, series_wake, series_worker)
@@ -264,93 +261,6 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
 def compute_pass(precision: str = "fp32", repeats: int = 10, timeout: float = 600.0) -> list[dict]:
     """One pass of the units' compute on one rank, as ``calibrate`` times it (``compute_worker``)."""
     return launch(compute_worker, 1, (MODELS, BATCHES, precision, repeats), timeout=timeout)[0]
-
-
-def fit_compute(alone: list[dict]) -> tuple[dict, float, list[float], float, list[float], dict]:
-    """({phase: unit costs} fitted to ``average_passes``' rows, the executor's work between ops per op of
-    the plan: one figure for every model and batch, as it is Python around each op, not the op's work;
-    its optimizer step [seconds per step, parameters per second]: a line over the models' sizes; seconds per
-    element of the embedding's table in its backward; [forward, backward] seconds per attention score of a
-    layer: ``fit_unit_costs``; the embedding's and head's cold caches, {"tau", "fwd", "bwd"}: the decay time
-    of ``cold.TAUS`` that leaves the least relative error over both phases, {} for rows without gaps)."""
-    phases = (("fwd", ("scores",)), ("bwd", ("table", "scores")))
-    timed_gaps = all("fwd_gaps" in row for row in alone)
-    tau = min(TAUS, key=lambda t: sum(unit_fit_residual(alone, phase, extras, t) for phase, extras in phases)) \
-        if timed_gaps else 0.0
-    compute, scores, cold = {}, [], {"tau": tau} if timed_gaps else {}
-    for phase, extras in phases:
-        compute[phase], fitted = fit_unit_costs(alone, phase, extras, tau)
-        scores.append(fitted["scores"])
-        if cold:
-            cold[phase] = {kind: fitted[f"cold_{kind}"] for kind in COLD_KINDS}
-    step = fit_optimizer_step(alone)
-    return compute, statistics.fmean(row["between_ops_s"] for row in alone), step, fitted["table"], scores, cold
-
-
-def fit_tensor_work(alone: list[dict], key: str = "reduce_s") -> list[float]:
-    """[seconds per parameter tensor, seconds per parameter] of the executor's handling of the data around a
-    data-parallel collective: one-rank all-reduce ops (no communication; ``key``: another op's handling,
-    ``fit_sharded_work``) of models with different numbers of tensors and parameters, least squares
-    through the origin (a term that fits below zero is left out and the other refitted); [] for rows from
-    before it was timed."""
-    rows = list({(row["model"], row["batch"]): row for row in alone if key in row}.values())
-    if len({(row["tensors"], row["params"]) for row in rows}) < 2:
-        return []
-    design = np.array([[row["tensors"], row["params"]] for row in rows], dtype=float)
-    seconds = np.array([row[key] for row in rows])
-    fit = np.linalg.lstsq(design, seconds, rcond=None)[0]
-    if min(fit) < 0:  # one term alone
-        keep = int(np.argmax(fit))
-        fit = np.zeros(2)
-        fit[keep] = float(np.linalg.lstsq(design[:, [keep]], seconds, rcond=None)[0][0])
-    return [float(fit[0]), float(fit[1])]
-
-
-def fit_sharded_work(alone: list[dict]) -> dict[str, list[float]]:
-    """{"gather": ..., "scatter": ...} as ``fit_tensor_work`` for ZeRO-1/2's all-gather of parameters held
-    whole (a copy out of the gathered buffer into each: ``handling.time_gather``) and ZeRO-2's handling of
-    its gradients around the reduce-scatter (concatenated, then dropped: ``handling.time_scatter``); a kind
-    is left out for rows from before it was timed."""
-    fits = {kind: fit_tensor_work(alone, f"{kind}_s") for kind in ("gather", "scatter")}
-    return {kind: fit for kind, fit in fits.items() if fit}
-
-
-def adam_per_tensor(steps: list[dict]) -> float:
-    """Seconds Adam's step costs per tensor beyond the first, from ``host_worker``'s rows: the split row (its
-    parameters in ``tensors`` tensors) less the one-tensor row of as many parameters (else the one-tensor rows'
-    line there), over the tensors beyond the first; at least 0, and 0 without a split row (older samples)."""
-    one = [s for s in steps if s["optimizer"] == "adam" and "tensors" not in s]
-    split = [s for s in steps if s["optimizer"] == "adam" and s.get("tensors", 1) > 1]
-    if not split or not one:
-        return 0.0
-    row = split[0]
-    same = [s["seconds"] for s in one if s["params"] == row["params"]]
-    if same:
-        whole = same[0]
-    elif len({s["params"] for s in one}) > 1:
-        overhead, seconds_per_param = fit_line([s["params"] for s in one], [s["seconds"] for s in one])
-        whole = overhead + seconds_per_param * row["params"]
-    else:
-        return 0.0
-    return max((row["seconds"] - whole) / (row["tensors"] - 1), 0.0)
-
-
-def fit_optimizer_step(alone: list[dict]) -> list[float]:
-    """[overhead s, params/s] of the executor's Adam step op, a line through (parameters, seconds) of the
-    calibrated models (one point per model and batch: the batch does not change the step), less the
-    gradients' concatenation it begins with where that was timed (``concat_s``: ``step_concat``, which
-    ZeRO-2 and 3 do not pay); [] for rows from before the step was timed, or a flat fit (``fit_line`` keeps
-    both terms non-negative)."""
-    rows = {(row["model"], row["batch"]): row for row in alone if "step_s" in row}
-    if len({row["params"] for row in rows.values()}) < 2:
-        return []
-    apart = all("concat_s" in row for row in rows.values())
-    overhead, seconds_per_param = fit_line([row["params"] for row in rows.values()],
-                                           [row["step_s"] - (row["concat_s"] if apart else 0.0)
-                                            for row in rows.values()])
-    if seconds_per_param <= 0:
-        return []
-    return [overhead, 1.0 / seconds_per_param]
 
 
 def retimed(profile: HardwareProfile, passes: list[list[dict]], precision: str) -> HardwareProfile:

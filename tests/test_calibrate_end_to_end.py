@@ -72,6 +72,7 @@ def test_calibrate_then_validate_end_to_end(tmp_path, cli):
     assert len(data["samples"]["tp_pieces"]) == len(data["samples"]["compute"]) // 3  # a row a model and batch
     assert min(data["sharded_work"]["fp32"]["gather"]) >= 0 < sum(data["sharded_work"]["fp32"]["gather"])
     assert min(data["sharded_work"]["fp32"]["scatter"]) >= 0 < sum(data["sharded_work"]["fp32"]["scatter"])
+    assert min(data["sharded_work"]["fp32"]["accumulate"]) >= 0 < sum(data["sharded_work"]["fp32"]["accumulate"])
     from simpar.calibrate.cold import TAUS
 
     cold = data["unit_cold"]["fp32"]  # the once-a-step units' cold caches, fitted on gaps the steps timed

@@ -14,7 +14,7 @@ from __future__ import annotations
 import statistics
 
 from simpar.calibrate.cold import GapClock
-from simpar.calibrate.handling import between_ops, concat_timer, time_gather, time_scatter
+from simpar.calibrate.handling import between_ops, concat_timer, time_accumulate, time_gather, time_scatter
 from simpar.models import model
 from simpar.scenario import make_scenario
 from simpar.strategies.work import Work
@@ -39,6 +39,7 @@ class _Config:
         self.handled: list[float] = []  # the gradients' all-reduce op: on one rank, flattening and re-pointing
         self.gathered: list[float] = []  # ZeRO-1/2's all-gather: the parameters copied out of a buffer
         self.scattered: list[float] = []  # ZeRO-2's reduce-scatter: the gradients concatenated, then dropped
+        self.accumulated: list[float] = []  # a later micro-batch's gradients added into the held ones
         self.concats = concat_timer(self.executor.states)  # the gradients flattened inside the step op
         self.timed_concats: list[float] = []
         self.clock = GapClock()  # each unit's time since the last of its kind (calibrate/cold.py)
@@ -58,6 +59,7 @@ class _Config:
         self.between.append(between_ops(executor.recorder.step_times[-1], executor.recorder.timeline, len(ops)))
         self.gathered.append(time_gather(executor.states))  # where ZeRO's comes: after the step
         self.scattered.append(time_scatter(executor.states))
+        self.accumulated.append(time_accumulate(executor.states))
         for entry in executor.recorder.timeline:
             op = ops[entry["op"]]
             if getattr(op, "phase", None) in ("fwd", "bwd"):
@@ -83,6 +85,7 @@ class _Config:
                          "concat_s": sum(self.timed_concats) / len(self.stepped),
                          "reduce_s": statistics.fmean(self.handled),
                          "gather_s": statistics.fmean(self.gathered), "scatter_s": statistics.fmean(self.scattered),
+                         "accumulate_s": statistics.fmean(self.accumulated),
                          "tensors": sum(spec.unit_tensors(spec.unit_kind(u)) for u in range(work.num_units)),
                          "timed_steps": len(self.stepped)})
         return rows
@@ -105,7 +108,8 @@ def compute_worker(ctx, models: list[str], batches: list[int], precision: str, r
     own handling of the data around any data-parallel collective (``tensors`` parameter tensors
     concatenated into one buffer, scaled, and each gradient re-pointed into it); ``gather_s`` what
     ZeRO-1/2's all-gather does instead and ``scatter_s`` what ZeRO-2's reduce-scatter does, timed right
-    after each step (``handling``). Each unit's gap since the last of its kind and phase ended
+    after each step (``handling``), as is ``accumulate_s``, what a later micro-batch's backward pays to add
+    its gradients into the held ones. Each unit's gap since the last of its kind and phase ended
     (``fwd_gaps``, ``bwd_gaps``: by its place in the step) is what its cold caches are fitted on
     (calibrate/cold.py); ``timed_steps`` how many steps were timed."""
     configs = [_Config(ctx, name, b, precision) for name in models for b in batches]

@@ -183,12 +183,14 @@ def fit_tensor_work(alone: list[dict], key: str = "reduce_s") -> list[float]:
 
 
 def fit_sharded_work(alone: list[dict]) -> dict[str, list[float]]:
-    """{"gather": ..., "scatter": ...} as ``fit_tensor_work`` for ZeRO-1/2's all-gather of parameters held
-    whole (a copy out of the gathered buffer into each: ``handling.time_gather``) and ZeRO-2's handling of
-    its gradients around the reduce-scatter (concatenated, then dropped: ``handling.time_scatter``); a kind
-    is left out for rows from before it was timed."""
-    fits = {kind: fit_tensor_work(alone, f"{kind}_s") for kind in ("gather", "scatter")}
-    return {kind: fit for kind, fit in fits.items() if fit}
+    """{"gather": ..., "scatter": ..., "accumulate": ...} as ``fit_tensor_work`` for ZeRO-1/2's all-gather of
+    parameters held whole (a copy out of the gathered buffer into each: ``handling.time_gather``), ZeRO-2's
+    handling of its gradients around the reduce-scatter (concatenated, then dropped: ``handling.time_scatter``)
+    and a later micro-batch's gradients added into the held ones (``handling.time_accumulate``); a kind is
+    left out for rows from before it was timed."""
+    fits = {kind: fit_tensor_work(alone, f"{kind}_s") for kind in ("gather", "scatter", "accumulate")}
+    # a cost fitted at or below zero is noise (accumulate_s is a difference of two timings): left out
+    return {kind: fit for kind, fit in fits.items() if fit and min(fit) >= 0 < sum(fit)}
 
 
 def adam_per_tensor(steps: list[dict]) -> float:

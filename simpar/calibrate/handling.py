@@ -11,6 +11,7 @@ own work between ops (``between_ops``), read off the same one-rank steps, and Ze
 gradients around the reduce-scatter (``time_scatter``): it keeps its chunk alone and drops each gradient,
 where ZeRO-1 re-points every gradient into the reduced buffer as the all-reduce does. And the
 concatenation of the gradients inside the optimizer's step (``concat_timer``), which ZeRO-2 and 3 do not make.
+And what autograd pays to add a micro-batch's gradients into those an earlier one left (``time_accumulate``).
 """
 
 from __future__ import annotations
@@ -85,3 +86,38 @@ def between_ops(step_seconds: float, timeline: list[dict], ops: int) -> float:
     calibrated unit costs are timed inside the ops, so without it the simulator missed this time:
     0.6 ms a step of 45 ops for DDP on one rank, 1.0 ms on two (2026-11-24)."""
     return max(step_seconds - sum(e["end"] - e["start"] for e in timeline), 0.0) / ops
+
+
+ACCUMULATE_PAIRS = 3  # backward pairs a step's reading averages: each pair differs by 0.1-0.3 ms, +- 0.05
+
+
+def time_accumulate(states) -> float:
+    """Seconds autograd's ``AccumulateGrad`` takes, over every parameter of ``states`` (a one-rank
+    ModelStates), to add a micro-batch's gradient into the one an earlier micro-batch left (an in-place add
+    a tensor) beyond taking it over as it is (the first micro-batch's, whose gradients are None after the
+    optimizer's ``zero_grad(set_to_none=True)``). Every micro-batch after the first pays it inside its
+    units' backward: pp at 2 ranks, a tiny-deep layer's backward 653 us at its first micro-batch, 657-675
+    us at the others (2026-11-29). Timed as the same backward run both ways, the difference: one graph
+    of ``p * 1.0`` per parameter, its incoming gradient a new tensor that autograd takes over or adds, as
+    in a unit's backward. Each parameter's gradient is None again afterwards."""
+    import torch
+
+    params = [p for u in states.held for p in states.unit_params[u]]
+
+    def backward(held: bool) -> float:
+        for p in params:
+            p.grad = torch.zeros_like(p) if held else None
+        outputs = [p * 1.0 for p in params]
+        grads = [torch.ones_like(o) for o in outputs]
+        began = time.perf_counter()
+        torch.autograd.backward(outputs, grads)
+        return time.perf_counter() - began
+
+    differences = []
+    for pair in range(ACCUMULATE_PAIRS):  # the order alternated: neither way always meets the warmer caches
+        order = (False, True) if pair % 2 == 0 else (True, False)
+        seconds = {held: backward(held) for held in order}
+        differences.append(seconds[True] - seconds[False])
+    for p in params:
+        p.grad = None
+    return sum(differences) / len(differences)

@@ -130,6 +130,10 @@ def _save_and_show(profile, args, precision: str, what: str = "") -> int:
         per_tensor, per_element = profile.sharded_work[precision]["gather"]
         print(f"             {1e6 * per_tensor:.1f} us per parameter tensor + {1e9 * per_element:.2f} ns per element "
               "copying ZeRO-1/2's gathered parameters into each")
+    if (profile.sharded_work.get(precision) or {}).get("accumulate"):
+        per_tensor, per_element = profile.sharded_work[precision]["accumulate"]
+        print(f"             {1e6 * per_tensor:.2f} us per parameter tensor + {1e9 * per_element:.3f} ns per element "
+              "adding a later micro-batch's gradients into the held ones (in its backward)")
     print("  ranks   compute slowdown   first compute after a call   after a pipeline receive   ring step in a step"
           "   bandwidth   first call after computing   + after longer compute before it   pipeline send after computing"
           "   its isend holds the sender   (ring step back to back)")

@@ -12,6 +12,7 @@ from simpar.costs.pricing import KernelPricer
 from simpar.errors import SimparError
 from simpar.plan import Alloc, Collective, Compute, Copy, Free, Plan, Recv, Send
 from simpar.scenario import Scenario
+from simpar.sim.accumulation import accumulating
 from simpar.sim.cores import slowdown_at
 from simpar.topologies.graph import Topology
 
@@ -45,6 +46,7 @@ class OpCosts:
         self.later_calls = (self._later_calls() if topology.series_late or topology.series_level or topology.series_last
                             else {})
         self.cold = self._cold_caches() if gpu.costs is not None and gpu.costs.get("cold") else {}
+        self.accumulate = self._accumulation() if gpu.costs is not None and "accumulate" in topology.sharded_work else {}
 
     def _turns(self) -> tuple[dict, dict]:
         """(program, op id) -> seconds of compute since the program's last network op (0 unless the topology's
@@ -240,9 +242,28 @@ class OpCosts:
 
     def resume(self, pi: int, op: Compute) -> float:
         """What a compute pays on the executor's ranks beyond its work: the resume right after a call, the
-        executor's work between ops since the compute before it, and the caches an embedding or head finds
-        cold (0 elsewhere)."""
-        return self.after_network.get((pi, op.id), 0.0) + self.cold.get((pi, op.id), 0.0)
+        executor's work between ops since the compute before it, the caches an embedding or head finds
+        cold, and a backward's adding its gradients into those an earlier micro-batch left (0 elsewhere)."""
+        key = (pi, op.id)
+        return self.after_network.get(key, 0.0) + self.cold.get(key, 0.0) + self.accumulate.get(key, 0.0)
+
+    def _accumulation(self) -> dict[tuple[int, int], float]:
+        """(program, op id) -> seconds a backward compute pays to add its unit's gradients into held ones
+        (sim/accumulation.py): the calibrated cost per tensor and per parameter (``sharded_work``'s
+        "accumulate") over the unit's tensors and the parameters a rank holds of it; a tensor-parallel piece
+        its share of them (``_overhead_share``)."""
+        from simpar.strategies.work import Work
+
+        per_tensor, per_element = self.topology.sharded_work["accumulate"]
+        spec, work = self.scenario.model, Work(self.scenario)
+        dropped = self._kept_sharded("grads")
+        paid = {}
+        for pi, prog in enumerate(self.plan.programs):
+            for op in accumulating(prog, dropped):
+                kind = spec.unit_kind(op.unit)
+                share = self._overhead_share(kind, op) if op.part else 1.0
+                paid[(pi, op.id)] = share * (per_tensor * spec.unit_tensors(kind) + per_element * work.params((op.unit,)))
+        return paid
 
     def _machine_nodes(self) -> dict:
         nodes: dict = defaultdict(dict)

@@ -107,7 +107,8 @@ class Topology:
         self.tensor_work = (0.0, 0.0)
         # the same for ZeRO's ops that handle their data otherwise: "gather", an all-gather of parameters held
         # whole (a copy into each, nothing concatenated); a kind not here is handled as tensor_work (a
-        # calibrated profile's sharded_work)
+        # calibrated profile's sharded_work); and "accumulate", what a backward adds a micro-batch's gradients
+        # into those an earlier one left with (sim/accumulation.py; none where it is not here)
         self.sharded_work: dict[str, tuple[float, float]] = {}
         # CPU rank processes sharing a machine's cores: ranks computing at once -> how much slower each
         # computes (a calibrated profile's slowdown; sim/cores.py); None: every device computes on its own

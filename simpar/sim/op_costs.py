@@ -46,7 +46,8 @@ class OpCosts:
         self.later_calls = (self._later_calls() if topology.series_late or topology.series_level or topology.series_last
                             else {})
         self.cold = self._cold_caches() if gpu.costs is not None and gpu.costs.get("cold") else {}
-        self.accumulate = self._accumulation() if gpu.costs is not None and "accumulate" in topology.sharded_work else {}
+        calibrated = gpu.costs is not None
+        self.accumulate = self._accumulation() if calibrated and "accumulate" in topology.sharded_work else {}
 
     def _turns(self) -> tuple[dict, dict]:
         """(program, op id) -> seconds of compute since the program's last network op (0 unless the topology's
@@ -262,7 +263,8 @@ class OpCosts:
             for op in accumulating(prog, dropped):
                 kind = spec.unit_kind(op.unit)
                 share = self._overhead_share(kind, op) if op.part else 1.0
-                paid[(pi, op.id)] = share * (per_tensor * spec.unit_tensors(kind) + per_element * work.params((op.unit,)))
+                tensors, params = spec.unit_tensors(kind), work.params((op.unit,))  # a rank's shard of them
+                paid[(pi, op.id)] = share * (per_tensor * tensors + per_element * params)
         return paid
 
     def _machine_nodes(self) -> dict:

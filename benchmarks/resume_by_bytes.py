@@ -16,7 +16,9 @@ import argparse
 import statistics
 import time
 
-SIZES = (0, 2**12, 2**18, 2**21)  # bytes of the call before the bursts; 0: none
+from simpar.calibrate import PATTERN_SIZES
+
+SIZES = (0, *PATTERN_SIZES)  # bytes of the call before the bursts (the calibration's pattern's); 0: none
 REPETITIONS = 6  # of each size a round
 
 

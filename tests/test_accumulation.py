@@ -18,17 +18,13 @@ from simpar.sim.accumulation import accumulating
 from simpar.sim.op_costs import OpCosts
 from simpar.strategies import build_plan
 from simpar.strategies.work import Work
+from tests.test_tensor_work import _profile as tensor_work_profile
 
 ACCUMULATE = [3e-6, 1e-9]  # seconds per tensor, per parameter
 
 
 def _profile(accumulate=None) -> HardwareProfile:
-    sharded = {"fp32": {"accumulate": accumulate}} if accumulate else {}
-    return HardwareProfile(machine={"host": "test", "cores": 2, "torch": "x", "cpu": "x"},
-                           compute={"fp32": {"fwd": [20e-6, 100e-6, 50e-6, 50e9], "bwd": [40e-6, 200e-6, 90e-6, 40e9]}},
-                           slowdown={"1": 1.0, "2": 1.0}, ring={"2": [50e-6, 2e9]},
-                           optimizer_params_per_s={"adam": 1e8, "sgd": 4e8}, copy_bytes_per_s=1e10,
-                           sharded_work=sharded)
+    return tensor_work_profile(sharded_work={"fp32": {"accumulate": accumulate}} if accumulate else {})
 
 
 def _scenario(strategy: str, microbatches: int):

@@ -46,8 +46,8 @@ class OpCosts:
         self.later_calls = (self._later_calls() if topology.series_late or topology.series_level or topology.series_last
                             else {})
         self.cold = self._cold_caches() if gpu.costs is not None and gpu.costs.get("cold") else {}
-        calibrated = gpu.costs is not None
-        self.accumulate = self._accumulation() if calibrated and "accumulate" in topology.sharded_work else {}
+        self.accumulate = (self._accumulation() if gpu.costs is not None and "accumulate" in topology.sharded_work
+                           else {})
 
     def _turns(self) -> tuple[dict, dict]:
         """(program, op id) -> seconds of compute since the program's last network op (0 unless the topology's

@@ -51,6 +51,12 @@ def test_calibrate_then_validate_end_to_end(tmp_path, cli):
     assert all(abs(level) < 1.0 for level in data["series_level"].values())
     assert set(data["series_last"]) == set(data["series_late"])  # ... and their last, before a compute
     assert all(abs(last) < 1.0 for last in data["series_last"].values())
+    # the resume's tail: the step-like sequence's positions after the first, after a call against without one
+    assert set(data["resume_tail"]) == set(data["series_late"])  # where the ranks fit the cores
+    for world, fraction in data["resume_tail"].items():
+        timed = data["samples"]["shared"][world]["tail"]
+        assert len(timed["call"]) == len(timed["none"]) == 10  # tiny-deep's 8 layers, the backward, the step
+        assert fraction == pytest.approx(max(sum(timed["call"][1:]) / sum(timed["none"][1:]) - 1, 0.0))
     # ... and their first, after the compute it followed (phase_worker's mid burst: shorter than the unit's)
     assert set(data["series_first"]) == set(data["series_late"])
     assert all(0 < compute < 1.0 and abs(extra) < 1.0 for compute, extra in data["series_first"].values())
@@ -84,6 +90,7 @@ def test_calibrate_then_validate_end_to_end(tmp_path, cli):
     assert all(0 < r["concat_s"] < r["step_s"] for r in data["samples"]["compute"])
     assert len(data["step_concat"]["fp32"]) == 2 and min(data["step_concat"]["fp32"]) >= 0
     assert "gradients concatenated first" in result.stdout
+    assert result.stdout.count("(the resume's tail)") == len(data["resume_tail"])
     # Adam split into tensors beside one tensor of as many parameters: what ZeRO-3's one shard per unit pays
     from simpar.calibrate import adam_per_tensor
     from simpar.calibrate.bench import ADAM_TENSORS

@@ -27,6 +27,7 @@ from simpar.calibrate.fits import (adam_per_tensor, fit_collective_costs, fit_co
 from simpar.calibrate.profile import PHASE_SIZE, HardwareProfile, machine_id
 from simpar.calibrate.series import (SERIES, SERIES_SECONDS, series_first, series_last, series_late, series_level,
                                     series_positions, series_wake, series_worker)
+from simpar.calibrate.tail import fit_tail, position_means, tail_worker
 from simpar.calibrate.tp_bench import fit_tp_pieces, tp_piece_worker
 from simpar.real import awake, host_speed
 from simpar.real.launch import launch
@@ -125,7 +126,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
     host = launch(host_worker, 1, (OPTIMIZER_PARAMS, repeats), timeout=timeout)[0]
     slowdown, ring, wake, handoff, resume, resume_after_recv, shared = {"1": 1.0}, {}, {}, {}, {}, {}, {}
     curve, ps_curve, phase, unit_alone, issue, worker_server, short_wake, late = {}, {}, {}, {}, {}, {}, {}, {}
-    later_calls, last_calls, series_calls, resume_short = {}, {}, {}, {}
+    later_calls, last_calls, series_calls, resume_short, resume_tail = {}, {}, {}, {}, {}
     for world in worlds:
         say(f"{world} ranks at once: compute and ring steps")
         ranks = launch(_both, world, (precision, repeats), timeout=timeout)
@@ -149,6 +150,12 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
                     for key in ("resume_forward", "resume_forward_base") if key in ranks[0]["phases"]}
         if forwards:
             resume_short[str(world)] = resume_point(*forwards.values(), slowdown[str(world)])
+        tail = {}  # the computes after the first pay a tail, fading (calibrate/tail.py), where the ranks fit the cores
+        if world <= (os.cpu_count() or 1):
+            tails = launch(tail_worker, world, (2 * repeats + 4,), timeout=timeout)
+            after, without = position_means(tails, "call"), position_means(tails, "none")
+            resume_tail[str(world)] = fit_tail(after, without)
+            tail = {"tail": {"call": after, "none": without}}
         gathers = [statistics.median(r["ring"][i]["seconds"] for r in ranks) for i in range(len(RING_SIZES))]
         # back to back, an all-gather of S bytes is k - 1 ring steps of S / k bytes: one step's latency and
         # bandwidth with nothing before it, kept to show what the step's pattern adds (README, calibration)
@@ -205,7 +212,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
                               "short_calls": [list(c) for c in short_calls],
                               "late": {size: statistics.fmean(t for r in ranks for t in r["late"][size])
                                        for size in ranks[0]["late"]},
-                              "back_to_back": [alpha, 1.0 / seconds_per_byte if seconds_per_byte else 1e12]}
+                              "back_to_back": [alpha, 1.0 / seconds_per_byte if seconds_per_byte else 1e12], **tail}
         say(f"compute, one rank (pass {len(passes) + 1})")
         passes.append(compute_pass(precision, repeats, timeout))
     while len(passes) < MIN_PASSES:  # a median that one pass of a slow state cannot move
@@ -236,7 +243,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
                               resume=resume, series_late=later_calls, series_last=last_calls, series_level=levels,
                               series_first=firsts,
                               resume_after_recv=resume_after_recv, resume_unit=unit_alone, between_ops=between,
-                              resume_short=resume_short,
+                              resume_short=resume_short, resume_tail=resume_tail,
                               optimizer_params_per_s=rates, optimizer_step={precision: step} if step else {},
                               optimizer_tensor=adam_per_tensor(host["steps"]),
                               step_concat={precision: concat} if step and concat else {},

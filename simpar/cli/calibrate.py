@@ -153,6 +153,9 @@ def _save_and_show(profile, args, precision: str, what: str = "") -> int:
               f"   {_growth(profile, world):>33}"
               f"   {'+' + units.human_time(profile.handoff_cost(world)):>29}"
               f"   {units.human_time(profile.send_issue.get(str(world), 0.0)):>26}   {units.human_time(back):>24}")
+    for world in sorted(int(k) for k in profile.resume_tail):  # measured since the thirty-ninth stop
+        print(f"  {world} ranks: every compute after the first one after a call, up to the next, "
+              f"{100 * profile.resume_tail[str(world)]:.1f} % longer (the resume's tail)")
     if profile.worker_server and profile.wake_short:  # measured since the twelfth stop (older profiles lack them)
         print("  ranks   first call after a short compute, beyond its steps"
               "   Worker-Server all-reduce: first call after computing   each one-way leg   leg bandwidth"

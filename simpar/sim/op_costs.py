@@ -41,7 +41,7 @@ class OpCosts:
         self._sharded: dict[str, bool] = {}  # params, grads -> whether ranks keep less than the whole model's
         turns = (topology.wake_latency or topology.wake_growth or topology.wake_curve or topology.wake_short
                  or topology.resume_latency or topology.handoff_latency
-                 or topology.resume_after_recv_latency or topology.between_ops)
+                 or topology.resume_after_recv_latency or topology.between_ops or topology.resume_tail)
         self.after_compute, self.after_network = self._turns() if turns else ({}, {})
         self.later_calls = (self._later_calls() if topology.series_late or topology.series_level or topology.series_last
                             else {})
@@ -55,7 +55,9 @@ class OpCosts:
         op id) -> the resume latency of every compute that comes right after a collective, send or receive,
         in its program's order (memory bookkeeping aside): where the executor's ranks pay the topology's
         wake and resume latencies (a compute shorter than the one the resume after a call was measured on pays
-        its share: ``Topology.resume_cost``; the resume after a pipeline receive is paid whole). The compute
+        its share: ``Topology.resume_cost``; the resume after a pipeline receive is paid whole), and of every
+        compute after that first one the resume's tail (``Topology.resume_tail`` of its time, calibrate/tail.py),
+        up to the next network op, round the step: DDP's forward pays it after the optimizer step). The compute
         is counted at its time with every rank computing at once on the cores they share (the pattern the
         growth was measured in; sim/cores.py) and round the step: a second lap gives the step's first call
         the compute after its last one (DDP's all-reduce comes after the previous step's optimizer too, as in
@@ -66,10 +68,11 @@ class OpCosts:
         slow = self._all_at_once()
         between = self.topology.between_ops
         grows = self.topology.wake_growth or self.topology.wake_curve
-        laps = 2 if grows or self.topology.wake_short or between else 1
+        laps = 2 if grows or self.topology.wake_short or between or self.topology.resume_tail else 1
         for pi, prog in enumerate(self.plan.programs):
-            # ops since the last compute (the ops after a step's last one: its first's), and since the last call
-            phase, since, quiet = 0.0, 0, 0
+            # ops since the last compute (the ops after a step's last one: its first's), and since the last call;
+            # whether a network op came before (the first compute after one pays the resume, those after the tail)
+            phase, since, quiet, called = 0.0, 0, 0, False
             for _ in range(laps):
                 last = None
                 for op in prog.ops:
@@ -80,13 +83,15 @@ class OpCosts:
                     if isinstance(op, (Collective, Send)) and isinstance(last, (Compute, Copy)):
                         woken[(pi, op.id)] = phase
                     if isinstance(op, Compute):
-                        resume = 0.0
+                        resume, topology = 0.0, self.topology
                         if op.device == "gpu" and isinstance(last, (Collective, Send, Recv)):
                             # after a pipeline receive the rank waits to be handed a core (stages take turns):
                             # a delay, paid whole; after a call it computes slower for a while: by its length
-                            topology = self.topology
                             resume = (topology.resume_after_recv_latency if isinstance(last, Recv) else
                                       topology.resume_cost(topology.resume_latency, self.compute_time(prog, op)))
+                            called = True
+                        elif op.device == "gpu" and called:  # and the rest up to the next call (calibrate/tail.py)
+                            resume = topology.resume_tail * self.compute_time(prog, op)
                         pays = between * since + resume
                         if pays:
                             resumed[(pi, op.id)] = pays

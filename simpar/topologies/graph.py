@@ -92,6 +92,9 @@ class Topology:
         # (seconds alone, seconds paid) of a shorter compute's resume: the curve from 0 to resume_unit goes
         # through it (the slower start is over within a few tenths of a millisecond); None: a straight share
         self.resume_short: tuple[float, float] | None = None
+        # the fraction longer every compute after the first one after a call takes, up to the next call
+        # (calibrate/tail.py); 0: only the first pays (the resume)
+        self.resume_tail = 0.0
         # (position, seconds): a collective from that position on in a series of calls after computing pays
         # that much more per ring step (less where negative: calibrate/series.py); None: none
         self.series_late: tuple[int, float] | None = None

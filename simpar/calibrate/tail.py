@@ -1,21 +1,22 @@
 """The resume's tail: after a call, a rank's computes run slower for the rest of the stretch to its next call, not
 only the first (the profile's ``resume``); the micro-benchmark that measures it and its fit.
 
-Why: at 2 ranks on the development VM, tiny-deep's DDP step computed its forward layers 387-406 us each after
+Why: at 2 ranks on the development VM, tiny-deep's DDP step computed its forward layers 393-406 us each after
 an all-reduce that moved 4 bytes, against 356-368 us in the same executor with the call left out (three
 interleaved rounds; the call's own bytes made no difference: 372-403 us after the real one), and its
 optimizer step 10-30 % slower: the ranks reach the call a millisecond or more apart (|skew| 1.3-1.6 ms on
-average) and leave it together, the early one woken from a blocked receive. The calibration's own unit (one
-layer, hot in its core's cache) showed none of it: the step's working set is the whole model's. Two ranks
+average) and leave it together, the early one woken from a blocked receive. The calibration's pattern computes
+one unit (a layer, hot in its core's cache) after each call: the first compute only. Two ranks
 computing a step-like sequence on a shared clock without any call, together or half a period apart, differ by
 0-4 % in the backward only (docs/calibration.md, the thirty-ninth stop).
 
 ``tail_worker`` computes that sequence (tiny-deep's layers forward one by one, the backward, an Adam step),
 each repetition right after one of the executor's ring all-reduces of 4 bytes that one rank (in turn) reaches
 ``LAG`` late, or after the same lag with no call; the two interleaved in blocks against this machine's drift.
-At 2 ranks the positions after the first took 3.2-4.8 % longer after the call, most of it in the backward
-and the optimizer step (+167-265 and +122-198 us), not fading over the 11 ms: ``fit_tail`` keeps that
-fraction, which the simulator charges every compute after the first one after a call, up to the next.
+At 2 ranks the positions after the first took 3.2-4.8 % longer after the call in three runs of it, 2.1-6.5 %
+in a validate window's three calibrations, most of it in the backward and the optimizer step (+134-297 and
++39-253 us), not fading over the 11 ms: ``fit_tail`` keeps that fraction, which the simulator charges every
+compute after the first one after a call, up to the next (sim/op_costs.py).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import statistics
 import time
 
 import torch
+import torch.distributed as dist
 
 from simpar.calibrate.bench import BURST_UNIT
 from simpar.models import model
@@ -42,8 +44,6 @@ REPETITIONS = 10  # of each kind a round, back to back
 def tail_worker(ctx, rounds: int) -> dict:
     """{"call": [[s of each position] per repetition], "none": [...]}: positions the sequence's layers'
     forwards, the backward and the optimizer step, every rank's own (the late one's and the waiting ones')."""
-    import torch.distributed as dist
-
     name, batch = BURST_UNIT
     spec = model(name)
     net = build_model(spec)

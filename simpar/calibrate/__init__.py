@@ -150,7 +150,9 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
                     for key in ("resume_forward", "resume_forward_base") if key in ranks[0]["phases"]}
         if forwards:
             resume_short[str(world)] = resume_point(*forwards.values(), slowdown[str(world)])
-        tail = {}  # every compute after a call's first runs a fraction longer (calibrate/tail.py): where ranks fit cores
+        # every compute after a call's first runs a fraction longer (calibrate/tail.py), measured where the ranks
+        # fit the cores
+        tail = {}
         if world <= (os.cpu_count() or 1):
             tails = launch(tail_worker, world, (2 * repeats + 4,), timeout=timeout)
             after, without = position_means(tails, "call"), position_means(tails, "none")

@@ -31,6 +31,7 @@ from simpar.calibrate.bench import BURST_UNIT
 from simpar.models import model
 from simpar.real.comm import CountingComm
 from simpar.real.model import build_model
+from simpar.real.states import make_optimizer
 
 # how late one rank reaches the call: about what tiny-deep's DDP step's ranks lag each other at 2 ranks, where
 # its 4-byte all-reduce cost 3.2-3.8 ms (the early rank waiting); with no lag the ranks reach their calls
@@ -49,7 +50,7 @@ def tail_worker(ctx, rounds: int) -> dict:
     net = build_model(spec)
     layers = list(net.units[1:-1])
     hidden = torch.randn(batch, spec.seq, spec.hidden)
-    optimizer = torch.optim.Adam([p for layer in layers for p in layer.parameters()])
+    optimizer = make_optimizer("adam", [p for layer in layers for p in layer.parameters()])  # the executor's
     comm, group, flat = CountingComm(ctx.rank), list(range(ctx.world)), torch.zeros(ctx.world)
 
     def sequence() -> list[float]:

@@ -8,8 +8,8 @@ after a compute from other measurements: the ring's steps and the first call's w
 loops' rise from their first loop (``wake_curve``). This prints, per profile (this machine's cached one by default)
 and world, each loop's measured call beside that price, and their mean difference: what the composition leaves
 of the level the loops themselves measured. Nothing is fitted. On the fortieth stop (2026-11-29) the ring's
-loops read above their price at 2 ranks in 19 of 21 calibrations (+0.65 ms on average), the Worker-Server's
-both ways (docs/calibration.md).
+loops read above their price at 2 ranks in 19 of 21 calibrations of seven validate windows (+0.64 ms on
+average), the Worker-Server's both ways (7 of 21 above, -0.20 ms on average; docs/calibration.md).
 """
 
 from __future__ import annotations

@@ -71,6 +71,15 @@ def test_calibrate_then_validate_end_to_end(tmp_path, cli):
     priced = ring_price("allreduce", PHASE_SIZE, 2, *data["ring"]["2"])
     for (compute, call), (short, paid) in zip(timed, data["wake_short"]["2"]):
         assert short == compute and call > 0 and paid == pytest.approx(call - priced)
+    # the phase loops' calls over their price, their later steps' (kept where the ranks fit the cores)
+    from simpar.calibrate.lag import later_steps
+
+    assert set(data["later_steps"]) == set(data["series_late"])
+    for world, later in data["later_steps"].items():
+        loops, extras = data["samples"]["shared"][world]["phases"], data["wake_curve"][world][1]
+        loop_price = ring_price("allreduce", PHASE_SIZE, int(world), *data["ring"][world])
+        assert later == pytest.approx(later_steps(loops["call_s"], extras, loop_price, data["wake"][world]))
+        assert later >= 0
     # the executor's tensor-parallel pieces, timed on one rank: a piece's own cost beyond its share of the layer
     # ... and the vocabulary-parallel embedding's and head's, each whole
     assert set(data["tp_piece"]["fp32"]) == {"fwd", "bwd", "embedding_fwd", "head_fwd", "head_bwd", "embedding_bwd"}
@@ -91,6 +100,7 @@ def test_calibrate_then_validate_end_to_end(tmp_path, cli):
     assert len(data["step_concat"]["fp32"]) == 2 and min(data["step_concat"]["fp32"]) >= 0
     assert "gradients concatenated first" in result.stdout
     assert result.stdout.count("(the resume's tail)") == len(data["resume_tail"])
+    assert result.stdout.count("(the loops over their price)") == len(data["later_steps"])
     # Adam split into tensors beside one tensor of as many parameters: what ZeRO-3's one shard per unit pays
     from simpar.calibrate import adam_per_tensor
     from simpar.calibrate.bench import ADAM_TENSORS

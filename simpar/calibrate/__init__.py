@@ -20,7 +20,7 @@ from pathlib import Path
 from simpar.calibrate.bench import (PATTERN_OPS, PHASE_UNITS, SHORT_LOOPS, burst_worker, host_worker,
                                    pattern_worker, phase_cost, phase_worker, ring_worker)
 from simpar.calibrate.compute_bench import compute_worker
-from simpar.calibrate.lag import wake_curve
+from simpar.calibrate.lag import later_steps, wake_curve
 from simpar.calibrate.pipeline_bench import late_recv_cost, late_worker, relay_worker
 from simpar.calibrate.fits import (adam_per_tensor, fit_collective_costs, fit_compute, fit_line, fit_optimizer_step,
                                   fit_sharded_work, fit_tensor_work, ring_price, ring_steps, step_bytes)
@@ -126,7 +126,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
     host = launch(host_worker, 1, (OPTIMIZER_PARAMS, repeats), timeout=timeout)[0]
     slowdown, ring, wake, handoff, resume, resume_after_recv, shared = {"1": 1.0}, {}, {}, {}, {}, {}, {}
     curve, ps_curve, phase, unit_alone, issue, worker_server, short_wake, late = {}, {}, {}, {}, {}, {}, {}, {}
-    later_calls, last_calls, series_calls, resume_short, resume_tail = {}, {}, {}, {}, {}
+    later_calls, last_calls, series_calls, resume_short, resume_tail, later = {}, {}, {}, {}, {}, {}
     for world in worlds:
         say(f"{world} ranks at once: compute and ring steps")
         ranks = launch(_both, world, (precision, repeats), timeout=timeout)
@@ -193,6 +193,9 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
         # ... and how much more a call costs after a longer compute (the wait for the slowest rank grows)
         curve_phases, extras, phases = wake_curve(ranks)
         curve[str(world)], phase[str(world)] = [curve_phases, extras], curve_phases[0]
+        if world <= (os.cpu_count() or 1):  # ... and how far its loops' calls sit above their price (later steps)
+            loop_steps = ring_price("allreduce", PHASE_SIZE, world, step_alpha, bandwidth)
+            later[str(world)] = later_steps(phases["call_s"], extras, loop_steps, wake[str(world)])
         # ... the Worker-Server all-reduce's own: its server takes the early workers' pushes while it waits
         ps_phases, ps_extras, phases["ps"] = wake_curve(ranks, "ps")
         ps_curve[str(world)] = [ps_phases, ps_extras]
@@ -245,7 +248,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
                               resume=resume, series_late=later_calls, series_last=last_calls, series_level=levels,
                               series_first=firsts,
                               resume_after_recv=resume_after_recv, resume_unit=unit_alone, between_ops=between,
-                              resume_short=resume_short, resume_tail=resume_tail,
+                              resume_short=resume_short, resume_tail=resume_tail, later_steps=later,
                               optimizer_params_per_s=rates, optimizer_step={precision: step} if step else {},
                               optimizer_tensor=adam_per_tensor(host["steps"]),
                               step_concat={precision: concat} if step and concat else {},

@@ -16,6 +16,7 @@ compute against 2.9), and the curve is that fit's rise from the first loop.
 from __future__ import annotations
 
 import itertools
+import statistics
 
 import numpy as np
 
@@ -54,3 +55,17 @@ def wake_curve(ranks: list[dict], kind: str = "") -> tuple[list[float], list[flo
     phases, calls = [p for p, _ in points], [c for _, c in points]
     extras = rise_fit(phases, calls) if len(set(phases)) > 1 else [0.0] * len(phases)
     return phases, extras, {"phase_s": phases, "call_s": calls}
+
+
+def later_steps(calls: list[float], extras: list[float], steps: float, wake: float) -> float:
+    """What a call's ring steps after its first pay beyond their price, after a compute (``phase_worker``'s loops,
+    where the ranks fit the cores): the mean of the loops' calls (``calls``) over what the simulator charges them,
+    their steps (``steps``, the ring's price of the loops' all-reduce), the first call's wake and the curve's rise
+    (``extras``), at 0 or more. Why the later steps: at 2 ranks the loops' all-reduces (two ring steps) read above
+    that price in 19 of 21 calibrations (+0.64 ms on average, most after 4 to 16 units), while the ZeRO stages'
+    calls of one step after their backward and step were priced within a few per cent, and DDP's all-reduce of
+    4 bytes in its own step spent 2.1 ms on average in its second exchange against the ring's 0.86 ms a step
+    (docs/calibration.md, the fortieth stop)."""
+    if not calls:
+        return 0.0
+    return max(statistics.fmean(call - steps - wake - extra for call, extra in zip(calls, extras)), 0.0)

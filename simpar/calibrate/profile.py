@@ -14,7 +14,8 @@ receive (``handoff``: the same for a pipeline send, which waits for one neighbou
 receive, measured where the stages take turns; docs/calibration.md); ``resume`` was measured on a
 compute of ``resume_unit`` seconds alone, and a shorter one pays less, through ``resume_short`` (the rank
 computes slower for a while after a call; after a pipeline receive it waits for a core, a delay paid whole), and
-the computes after that first one, up to the next call, ``resume_tail`` longer (calibrate/tail.py); k ranks
+the computes after that first one, up to the next call, ``resume_tail`` longer (calibrate/tail.py), and a
+ring call's steps after its first ``later_steps`` more after a compute (calibrate/lag.py); k ranks
 computing at once take ``slowdown[k]`` times as long as the one-rank rows price (the cores are
 shared); the optimizer updates ``params_per_s``; a copy moves ``copy_bytes_per_s``.
 """
@@ -110,6 +111,9 @@ class HardwareProfile:
     # world -> the fraction longer every compute after the first one after a call takes, up to the next call
     # (calibrate/tail.py), where the ranks fit the cores; empty: only the first pays
     resume_tail: dict[str, float] = field(default_factory=dict)
+    # world -> seconds a ring call's steps after its first pay, together, beyond their price after a compute (the
+    # phase loops' calls over their price: calibrate/lag.py's ``later_steps``), where the ranks fit the cores
+    later_steps: dict[str, float] = field(default_factory=dict)
     # precision -> [seconds, params/s] of the executor's optimizer (Adam) step op on one rank, timed inside
     # its step (compute_worker); empty in older profiles: the bare-tensor rate, no overhead
     optimizer_step: dict[str, list[float]] = field(default_factory=dict)
@@ -289,6 +293,7 @@ class HardwareProfile:
         if self.resume_short.get(str(world)):  # measured for that world alone
             topology.resume_short = tuple(float(x) for x in self.resume_short[str(world)])
         topology.resume_tail = float(self.resume_tail.get(str(world), 0.0))  # measured for that world alone
+        topology.later_steps = float(self.later_steps.get(str(world), 0.0))  # measured for that world alone
         topology.between_ops = self.between_ops
         topology.tensor_work = tuple(self.tensor_work.get(precision) or (0.0, 0.0))
         topology.sharded_work = {kind: tuple(fit) for kind, fit in (self.sharded_work.get(precision) or {}).items()}

@@ -156,6 +156,9 @@ def _save_and_show(profile, args, precision: str, what: str = "") -> int:
     for world in sorted(int(k) for k in profile.resume_tail):  # measured since the thirty-ninth stop
         print(f"  {world} ranks: every compute after the first one after a call, up to the next, "
               f"{100 * profile.resume_tail[str(world)]:.1f} % longer (the resume's tail)")
+    for world in sorted(int(k) for k in profile.later_steps):  # measured since the fortieth stop
+        print(f"  {world} ranks: a ring all-reduce's steps after its first, after a compute, "
+              f"+{units.human_time(profile.later_steps[str(world)])} (the loops over their price)")
     if profile.worker_server and profile.wake_short:  # measured since the twelfth stop (older profiles lack them)
         print("  ranks   first call after a short compute, beyond its steps"
               "   Worker-Server all-reduce: first call after computing   each one-way leg   leg bandwidth"

@@ -244,7 +244,19 @@ class OpCosts:
         if phase is None:
             return self.handling(op)
         points = self.topology.gather_short if self._sharded_gather(op) else None  # ZeRO-3's own, where measured
-        return self.topology.collective_wake(phase, op.algo, points) + self.handling(op)
+        return self.topology.collective_wake(phase, op.algo, points) + self.later_steps(op, phase) + self.handling(op)
+
+    def later_steps(self, op: Collective, phase: float) -> float:
+        """What a ring collective's steps after its first pay beyond their price when it comes after ``phase``
+        seconds of compute (from the compute the wake was measured after on): the topology's ``later_steps``, the
+        calibration's loops' all-reduce's, by the share of that all-reduce's later steps this call has (at 2 ranks
+        all of it for an all-reduce, none for a one-step all-gather or reduce-scatter; calibrate/lag.py)."""
+        topology = self.topology
+        if not topology.later_steps or op.algo not in (None, "ring") or phase < topology.wake_phase:
+            return 0.0
+        ranks = getattr(self.plan.grid, op.group)
+        steps = (ranks - 1) * (2 if op.op == "allreduce" else 1)
+        return topology.later_steps * (steps - 1) / (2 * ranks - 3) if ranks > 1 else 0.0
 
     def resume(self, pi: int, op: Compute) -> float:
         """What a compute pays on the executor's ranks beyond its work: the resume right after a call, the

@@ -95,6 +95,10 @@ class Topology:
         # the fraction longer every compute after the first one after a call takes, up to the next call
         # (calibrate/tail.py); 0: only the first pays (the resume)
         self.resume_tail = 0.0
+        # seconds a ring call's steps after its first pay, together, beyond their price when the call comes after a
+        # compute of at least wake_phase, for the phase loops' all-reduce; a call of fewer steps its share
+        # (calibrate/lag.py's later_steps); 0: none
+        self.later_steps = 0.0
         # (position, seconds): a collective from that position on in a series of calls after computing pays
         # that much more per ring step (less where negative: calibrate/series.py); None: none
         self.series_late: tuple[int, float] | None = None

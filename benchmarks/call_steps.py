@@ -9,7 +9,7 @@ barrier, the kinds and lengths in turn, ``--rounds`` times. Per kind and length 
 the first step (the wait for the other rank included) and of the all-reduce's second, both ranks' mean, and how
 many second steps took over 2 ms. Nothing is priced or fitted. On the fortieth stop (2026-11-29, six runs) the
 all-reduce's second step took 1.03-1.66 ms on average after 1 unit and 1.76-2.67 ms after 8, more than its first
-step in every run (0.67-1.23 and 1.28-1.79 ms, the wait for the other rank included), 14-35 % and 33-53 % of them
+step in every run (0.67-1.23 and 1.28-1.79 ms, the wait for the other rank included), 14-30 % and 33-53 % of them
 over 2 ms; the all-gather's lone step 0.86-1.63 and 1.45-2.16 ms: a call's later steps stall more than its first,
 and more after a longer compute (``later_steps``, calibrate/lag.py; docs/calibration.md).
 """

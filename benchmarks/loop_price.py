@@ -65,7 +65,8 @@ def main() -> int:
         if not rows:
             print(f"{path}: no phase loops kept (a profile older than its samples, or a GPU's)")
         for (world, algo), loops in sorted(rows.items()):
-            cells = "  ".join(f"{1e3 * phase:5.1f} ms: {1e3 * call:4.2f}/{1e3 * priced:4.2f}" for phase, call, priced in loops)
+            cells = "  ".join(f"{1e3 * phase:5.1f} ms: {1e3 * call:4.2f}/{1e3 * priced:4.2f}"
+                              for phase, call, priced in loops)
             gap = statistics.fmean(call - priced for _, call, priced in loops)
             print(f"{path} {world} ranks {algo:<4} measured/priced  {cells}  | mean {1e3 * gap:+.2f} ms")
     return 0

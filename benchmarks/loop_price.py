@@ -7,7 +7,8 @@ ring's of ``PHASE_SIZE`` bytes and the Worker-Server's of the pattern's largest 
 after a compute from other measurements: the ring's steps and the first call's wake (``pattern_worker``), plus the
 loops' rise from their first loop (``wake_curve``). This prints, per profile (this machine's cached one by default)
 and world, each loop's measured call beside that price, and their mean difference: what the composition leaves
-of the level the loops themselves measured. Nothing is fitted. On the fortieth stop (2026-11-29) the ring's
+of the level the loops themselves measured, which the calibration now keeps as ``later_steps`` (calibrate/lag.py)
+and charges to a ring call's steps after its first; the price printed leaves it out. Nothing is fitted. On the fortieth stop (2026-11-29) the ring's
 loops read above their price at 2 ranks in 19 of 21 calibrations of seven validate windows (+0.64 ms on
 average), the Worker-Server's both ways (7 of 21 above, -0.20 ms on average; docs/calibration.md).
 """

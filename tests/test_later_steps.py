@@ -5,11 +5,12 @@ import pytest
 
 from simpar.calibrate.average import average_profiles
 from simpar.calibrate.lag import later_steps
+from simpar.models import model
 from simpar.plan import Collective
+from simpar.scenario import make_scenario
 from simpar.sim import simulate
 from simpar.sim.op_costs import OpCosts
 from simpar.strategies import build_plan
-from tests.test_accumulation import _scenario
 from tests.test_tensor_work import _profile
 
 LATER = 7e-4
@@ -18,17 +19,17 @@ WAKE = {"wake": {"2": 3e-4, "4": 3e-4}, "wake_phase": {"2": 1e-4, "4": 1e-4},
         "wake_curve": {w: [[1e-4, 1e-2], [0.0, 1e-3]] for w in ("2", "4")}}
 
 
-def _costs(strategy: str, world: int = 2, **extra):
-    scenario = _scenario(strategy, 1)
-    if world != 2:
-        from simpar.models import model
-        from simpar.scenario import make_scenario
-        scenario = make_scenario(model("tiny-deep"), strategy, world, micro_batch=2, precision="fp32",
-                                 topology="cpu-host")
-    plan = build_plan(scenario)
+def _setup(strategy: str, world: int = 2, **extra):
+    """(scenario, topology) of tiny-deep's ``strategy`` at ``world`` ranks; ``later_steps`` as if measured there."""
+    scenario = make_scenario(model("tiny-deep"), strategy, world, micro_batch=2, precision="fp32", topology="cpu-host")
     topology = _profile(**WAKE, **extra).topology(world, "fp32")
-    if world != 2:
-        topology.later_steps = extra.get("later_steps", {}).get("2", 0.0)  # as if measured for this world
+    topology.later_steps = extra.get("later_steps", {}).get("2", 0.0)
+    return scenario, topology
+
+
+def _costs(strategy: str, world: int = 2, **extra):
+    scenario, topology = _setup(strategy, world, **extra)
+    plan = build_plan(scenario)
     return plan, OpCosts(plan, scenario, topology)
 
 
@@ -50,9 +51,8 @@ def test_ddps_all_reduce_after_its_step_pays_it_whole_at_two_ranks():
     assert len(calls) == 1 and calls[0].op == "allreduce"
     assert costs.wakes(0, calls[0])  # it comes right after a compute
     assert costs.wake(0, calls[0]) == pytest.approx(plain.wake(0, calls[0]) + LATER, rel=1e-12)
-    scenario = _scenario("ddp", 1)
-    with_it = simulate(scenario, topology=_profile(**WAKE, later_steps={"2": LATER}).topology(2, "fp32"))
-    without = simulate(scenario, topology=_profile(**WAKE).topology(2, "fp32"))
+    with_it = simulate(*_setup("ddp", later_steps={"2": LATER}))
+    without = simulate(*_setup("ddp"))
     assert with_it.step_time_s == pytest.approx(without.step_time_s + LATER, rel=1e-9)
 
 
@@ -84,9 +84,9 @@ def test_only_the_world_measured_pays_and_profiles_average_it():
     assert average_profiles([a, b], ["a.json", "b.json"]).later_steps == {"2": pytest.approx(4e-4)}
 
 
-def test_the_fast_path_prices_it_as_the_full_simulation():
-    topology = _profile(**WAKE, later_steps={"2": LATER}).topology(2, "fp32")
-    for strategy in ("ddp", "zero2"):
-        scenario = _scenario(strategy, 1)
-        full = simulate(scenario, topology=topology).step_time_s
-        assert simulate(scenario, topology=topology, fast=True).step_time_s == pytest.approx(full, rel=1e-9)
+@pytest.mark.parametrize("strategy, world", [("ddp", 2), ("zero1", 4), ("zero2", 4)])
+def test_the_fast_path_prices_it_as_the_full_simulation(strategy, world):
+    scenario, topology = _setup(strategy, world, later_steps={"2": LATER})
+    full = simulate(scenario, topology=topology).step_time_s
+    assert full > simulate(*_setup(strategy, world)).step_time_s  # it is paid
+    assert simulate(scenario, topology=topology, fast=True).step_time_s == pytest.approx(full, rel=1e-9)

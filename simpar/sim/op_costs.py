@@ -239,7 +239,8 @@ class OpCosts:
     def wake(self, pi: int, op: Collective) -> float:
         """Seconds a collective pays besides its steps on the executor's ranks: the topology's wake after
         the compute before it (0 after another call, and elsewhere; a ZeRO-3 gather of parameters its share
-        through the executor's own series, ``Topology.gather_short``) and the handling of its data."""
+        through the executor's own series, ``Topology.gather_short``), what its later steps stall beyond their
+        price after that compute (``later_steps``), and the handling of its data."""
         phase = self.after_compute.get((pi, op.id))
         if phase is None:
             return self.handling(op)

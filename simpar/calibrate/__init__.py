@@ -130,6 +130,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
     for world in worlds:
         say(f"{world} ranks at once: compute and ring steps")
         ranks = launch(_both, world, (precision, repeats), timeout=timeout)
+        fit_cores = world <= (os.cpu_count() or 1)  # some terms are measured only where the ranks fit the cores
         # k ranks computing at once, as a data-parallel step's all do, slow each other (the cores, memory
         # bandwidth and caches are shared); a unit computed right after a call takes longer still (resume:
         # against the same unit in the neighbouring loop without calls, every rank computing in both)
@@ -153,7 +154,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
         # every compute after a call's first runs a fraction longer (calibrate/tail.py), measured where the ranks
         # fit the cores
         tail = {}
-        if world <= (os.cpu_count() or 1):
+        if fit_cores:
             tails = launch(tail_worker, world, (2 * repeats + 4,), timeout=timeout)
             after, without = position_means(tails, "call"), position_means(tails, "none")
             resume_tail[str(world)] = fit_tail(after, without)
@@ -182,7 +183,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
         # step of the all-gathers timed (world - 1 each). Where ranks outnumber the cores every call waits for
         # time slices instead (20-29 ms a call at 8 ranks on 2 cores, its position's effect lost in them)
         positions = []
-        if world <= (os.cpu_count() or 1):
+        if fit_cores:
             timed = launch(series_worker, world, (SERIES_SECONDS * repeats / 10,), timeout=timeout)
             series = [r["series"] for r in timed]
             positions, later_calls[str(world)] = series_positions(series), series_late(series) / (world - 1)
@@ -193,7 +194,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
         # ... and how much more a call costs after a longer compute (the wait for the slowest rank grows)
         curve_phases, extras, phases = wake_curve(ranks)
         curve[str(world)], phase[str(world)] = [curve_phases, extras], curve_phases[0]
-        if world <= (os.cpu_count() or 1):  # ... and how far its loops' calls sit above their price (later steps)
+        if fit_cores:  # ... and how far its loops' calls sit above their price (later steps)
             loop_steps = ring_price("allreduce", PHASE_SIZE, world, step_alpha, bandwidth)
             later[str(world)] = later_steps(phases["call_s"], extras, loop_steps, wake[str(world)])
         # ... the Worker-Server all-reduce's own: its server takes the early workers' pushes while it waits

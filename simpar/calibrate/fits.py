@@ -15,6 +15,7 @@ import statistics
 import numpy as np
 
 from simpar.calibrate.cold import COLD_KINDS, TAUS, cold_share
+from simpar.collectives.ring import ring_steps
 
 UNIT_KINDS = ("embedding", "layer", "head")
 
@@ -105,14 +106,6 @@ def ring_price(op: str, size: int, world: int, alpha: float, bandwidth: float) -
     """Seconds a fitted ring (``alpha`` per step, ``bandwidth`` bytes/s) prices one ``op`` of ``size`` bytes
     at ``world`` ranks, as ``fit_collective_costs`` fits it: its steps, each a latency and its bytes."""
     return ring_steps(op, world) * (alpha + step_bytes(op, size, world) / bandwidth)
-
-
-def ring_steps(op: str, world: int) -> int:
-    """Ring steps of one call: an all-gather k - 1, an all-reduce (reduce-scatter + all-gather) 2(k - 1),
-    a handoff one; of a Worker-Server all-reduce, its one-way legs: 2(k - 1), each the whole buffer."""
-    if op == "handoff":
-        return 1
-    return (world - 1) * (2 if op in ("allreduce", "psreduce") else 1)
 
 
 def fit_collective_costs(rows: list[dict], wake: float | None = None) -> tuple[float, float, float, float]:

@@ -12,6 +12,14 @@ from __future__ import annotations
 from simpar.collectives.schedule import Phase, Transfer, chunk_sizes, merge_phases
 
 
+def ring_steps(op: str, world: int) -> int:
+    """Ring steps of one call: an all-gather k - 1, an all-reduce (reduce-scatter + all-gather) 2(k - 1),
+    a handoff one; of a Worker-Server all-reduce, its one-way legs: 2(k - 1), each the whole buffer."""
+    if op == "handoff":
+        return 1
+    return (world - 1) * (2 if op in ("allreduce", "psreduce") else 1)
+
+
 def element_chunks(nbytes: int, parts: int, itemsize: int = 1) -> list[int]:
     """Chunk sizes in bytes when a tensor of ``itemsize``-byte elements is split by elements."""
     return [c * itemsize for c in chunk_sizes(nbytes // itemsize, parts)]

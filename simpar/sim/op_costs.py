@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from collections import Counter, defaultdict
 
+from simpar.collectives.ring import ring_steps
 from simpar.costs.kernels import Shape, unit_kernels
 from simpar.costs.pricing import KernelPricer
 from simpar.errors import SimparError
@@ -256,8 +257,8 @@ class OpCosts:
         if not topology.later_steps or op.algo not in (None, "ring") or phase < topology.wake_phase:
             return 0.0
         ranks = getattr(self.plan.grid, op.group)
-        steps = (ranks - 1) * (2 if op.op == "allreduce" else 1)
-        return topology.later_steps * (steps - 1) / (2 * ranks - 3) if ranks > 1 else 0.0
+        loop_later = ring_steps("allreduce", ranks) - 1  # the later steps of the loops' all-reduce
+        return topology.later_steps * (ring_steps(op.op, ranks) - 1) / loop_later if loop_later > 0 else 0.0
 
     def resume(self, pi: int, op: Compute) -> float:
         """What a compute pays on the executor's ranks beyond its work: the resume right after a call, the

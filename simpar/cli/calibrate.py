@@ -7,6 +7,7 @@ import sys
 from simpar import units
 from simpar.cli import add_json_flag, write_json
 from simpar.errors import SimparError
+from simpar.spread import factor
 
 
 def register(sub) -> None:
@@ -159,6 +160,9 @@ def _save_and_show(profile, args, precision: str, what: str = "") -> int:
     for world in sorted(int(k) for k in profile.later_steps):  # measured since the fortieth stop
         print(f"  {world} ranks: a ring all-reduce's steps after its first, after a compute, "
               f"+{units.human_time(profile.later_steps[str(world)])} (the loops over their price)")
+    for world in sorted(int(k) for k in profile.send_issue_spread):  # measured since the forty-first stop
+        print(f"  {world} ranks: a pipeline message's cost, drawn per message (simpar/spread.py): "
+              f"{_spread(profile, 'send_issue', world)} (isend); {_spread(profile, 'late_recv', world)} (late receive)")
     if profile.worker_server and profile.wake_short:  # measured since the twelfth stop (older profiles lack them)
         print("  ranks   first call after a short compute, beyond its steps"
               "   Worker-Server all-reduce: first call after computing   each one-way leg   leg bandwidth"
@@ -184,6 +188,15 @@ def _save_and_show(profile, args, precision: str, what: str = "") -> int:
             print(f"  {world:>5}   {units.human_time(profile.late_recv[str(world)]):>78}   {shift:>64}   {level:>54}"
                   f"   {first:>30}   {last:>26}")
     return 0
+
+
+def _spread(profile, name: str, world: int) -> str:
+    """A message cost's median, 90th and 99th percentiles and mean, as the spread and the mean give them."""
+    spread, mean = getattr(profile, f"{name}_spread").get(str(world)), getattr(profile, name).get(str(world), 0.0)
+    if not spread:
+        return f"mean {units.human_time(mean)}"
+    at = [units.human_time(mean * factor({world: spread}, world, p)) for p in (0.5, 0.9, 0.99)]
+    return f"median {at[0]}, p90 {at[1]}, p99 {at[2]}, mean {units.human_time(mean)}"
 
 
 def _signed(seconds: float | None) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from tqdm import tqdm
 
@@ -14,6 +14,7 @@ from simpar.sim.breakdown import PARTS, program_breakdown
 from simpar.sim.memory_check import check_memory
 from simpar.sim.fast import FastRun
 from simpar.sim.runner import Simulator
+from simpar.spread import draws_for
 from simpar.strategies import build_plan
 from simpar.topologies.graph import Topology
 
@@ -69,18 +70,55 @@ def _tail_wait(sim, prog, pi: int, step_time: float) -> float:
 
 def simulate(scenario: Scenario, topology: Topology | None = None, plan: Plan | None = None,
              replay: bool = True, check_oom: bool = True, serial: bool = False,
-             record_links: bool = False, progress: bool = False, fast: bool = False) -> SimResult:
+             record_links: bool = False, progress: bool = False, fast: bool = False,
+             draws: int | None = None) -> SimResult:
     """Simulate one training step. Raises SimparError (naming rank and category) on OOM.
     ``serial`` prices each rank's ops one after another, as the reference executor runs them;
     ``record_links`` keeps every link's utilisation over time (and so simulates without replay);
     ``fast`` prices every op at a fixed duration (sim/fast.py: no contention between overlapping ops), except
-    on CPU ranks sharing cores, whose compute times depend on how many compute at once (sim/cores.py)."""
+    on CPU ranks sharing cores, whose compute times depend on how many compute at once (sim/cores.py);
+    ``draws``: where the topology carries the measured spread of a pipeline message's cost, the step is the mean
+    of this many simulations, each message's cost drawn from it (simpar/spread.py; None: ``DRAWS``, 0: one
+    simulation, every message at its mean)."""
     topology = topology or build_topology(scenario)
     plan = plan or build_plan(scenario)
-    gpu = topology.graph.nodes[topology.gpus[0]]["spec"]
     if check_oom:
-        check_memory(scenario, plan, gpu, topology)
+        check_memory(scenario, plan, topology.graph.nodes[topology.gpus[0]]["spec"], topology)
     serial = serial or not scenario.strategy.overlap_comm
+    count = draws_for(topology, plan) if draws is None else min(draws, draws_for(topology, plan))
+    if not count:
+        return simulate_once(scenario, topology, plan, replay, check_oom, serial, record_links, progress, fast)
+    return _mean_of_draws(scenario, topology, [
+        simulate_once(scenario, topology, plan, replay, check_oom, serial, record_links, progress, fast, draw)
+        for draw in range(count)])
+
+
+def _mean_of_draws(scenario: Scenario, topology: Topology, results: list[SimResult]) -> SimResult:
+    """One result for several draws of a step: its time, breakdown and each rank's parts and busy time the
+    means over the draws (each draw's parts add up to its step, so the means add up to the mean); bytes and
+    memory are the same in every draw; timelines and links from the draw whose step is nearest the mean."""
+    steps = [r.step_time_s for r in results]
+    mean = sum(steps) / len(steps)
+    nearest = min(results, key=lambda r: abs(r.step_time_s - mean))
+
+    def averaged(dicts: list[dict]) -> dict:
+        return {key: sum(d[key] for d in dicts) / len(dicts) for key in dicts[0]}
+
+    ranks = [{**rank, "breakdown": averaged([r.ranks[i]["breakdown"] for r in results]),
+              "op_time": averaged([r.ranks[i]["op_time"] for r in results])} for i, rank in enumerate(nearest.ranks)]
+    spread = (sum((t - mean) ** 2 for t in steps) / len(steps)) ** 0.5
+    note = (f"pipeline messages: each one's cost drawn from its measured spread; the step is the mean of "
+            f"{len(steps)} draws (SD {1e3 * spread:.2f} ms; simpar/spread.py), timelines from the draw nearest it")
+    return replace(nearest, step_time_s=mean, breakdown=averaged([r.breakdown for r in results]), ranks=ranks,
+                   notes=nearest.notes + [note], flops=utilisation(scenario, mean, topology))
+
+
+def simulate_once(scenario: Scenario, topology: Topology, plan: Plan, replay: bool = True, check_oom: bool = True,
+                  serial: bool = False, record_links: bool = False, progress: bool = False, fast: bool = False,
+                  draw: int | None = None) -> SimResult:
+    """One simulation of the step, as ``simulate``'s arguments say (``serial`` as given: ``simulate`` adds the
+    strategy's own); ``draw``: each pipeline message's cost drawn from its spread, seeded by it (None: means)."""
+    gpu = topology.graph.nodes[topology.gpus[0]]["spec"]
     total = sum(len(p.ops) for p in plan.programs)
     # a bar on a terminal, for runs that take more than a couple of seconds (tqdm's delay)
     with tqdm(total=total, unit="op", desc="simulating", delay=2, disable=None if progress else True,
@@ -89,7 +127,7 @@ def simulate(scenario: Scenario, topology: Topology | None = None, plan: Plan | 
             sim = FastRun(plan, scenario, topology)
         else:
             sim = Simulator(plan, scenario, topology, replay=replay, serial=serial, record_links=record_links,
-                            progress=lambda done: bar.update(done - bar.n))
+                            progress=lambda done: bar.update(done - bar.n), draw=draw)
         step_time = sim.run()
     if check_oom:  # streams may overlap allocations more than program order suggests
         check_memory(scenario, plan, gpu, topology, trackers=sim.memory)

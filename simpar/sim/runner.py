@@ -64,7 +64,7 @@ class _CollectiveEntry:
 
 class Simulator:
     def __init__(self, plan: Plan, scenario: Scenario, topology: Topology, replay: bool = True,
-                 serial: bool = False, record_links: bool = False, progress=None):
+                 serial: bool = False, record_links: bool = False, progress=None, draw: int | None = None):
         if len(topology.gpus) < plan.grid.world:
             raise SimparError(f"--gpus: the plan needs {plan.grid.world} GPUs, topology has {len(topology.gpus)}")
         self.plan, self.scenario, self.topology = plan, scenario, topology
@@ -93,6 +93,9 @@ class Simulator:
         # performs them (sends still leave without waiting, like its isend); otherwise streams overlap
         self.serial = serial
         self.progress = progress  # progress(ops done): told every PROGRESS_EVERY ops (a progress bar)
+        # draw i: each pipeline message's cost drawn from its measured spread, seeded by i (simpar/spread.py);
+        # None: every message at its mean
+        self._draws = None if draw is None else np.random.default_rng(draw)
         self.ops_done = 0
 
     def run(self) -> float:
@@ -197,7 +200,7 @@ class Simulator:
         runnable = None
         if self.cores is not None:  # the ranks computing now, and each pair of this send
             runnable = self._runnable(prog)
-            self._held[op.tag] = self.topology.send_issue(runnable)
+            self._held[op.tag] = self.topology.send_issue(runnable, self._draw())
         event = point_to_point(self.network, transfers, f"{op.tag} ", wakes, runnable)
         arrival = self._arrival(op.tag)
         event.callbacks.append(lambda _: arrival.succeed())
@@ -210,12 +213,16 @@ class Simulator:
         arrival = self._arrival(op.tag)
         if self.cores is None or op.tag not in self.send_issued:
             return arrival
-        late = self.topology.late_recv(self._runnable(prog))
+        late = self.topology.late_recv(self._runnable(prog), self._draw())
         if not late:
             return arrival
         rank = prog.ranks[0]
         src, dst = self.topology.gpus[self.plan.grid.peer(rank, op.peer)], self.topology.gpus[rank]
         return self.env.all_of([arrival, self.env.timeout(late + op.nbytes / self.topology.bottleneck(src, dst))])
+
+    def _draw(self) -> float | None:
+        """A probability for the next pipeline message's cost (None: at its mean)."""
+        return None if self._draws is None else float(self._draws.random())
 
     def _runnable(self, prog) -> int:
         """Ranks sharing the cores now for a pipeline message of ``prog``: those computing, and each pair of it."""

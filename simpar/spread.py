@@ -1,0 +1,57 @@
+"""A pipeline message's cost drawn from its measured spread, not priced at its mean.
+
+On the CPU executor a pipeline message costs a fraction of a millisecond most of the time and a
+scheduler tick now and then: the calibration's isends held their rank 0.05 ms at the median and
+0.3 ms on average (p95 1.9 ms), its late receives 0.8-1.2 ms at the median and 2.0 ms on average at
+2 ranks (docs/calibration.md, "A pipeline's step is a max of its messages' costs"). A pipeline step is a
+chain of maxima: a stage goes on with the later of its own work and its neighbour's message, and the
+mean of a maximum exceeds the maximum of the means. Priced at their means no stall ever lands on the
+step's critical path, where in a run the ones that do set the step, so pp read short in every window.
+
+So where a profile has measured the spread, the simulator prices a Plan with pipeline messages
+``DRAWS`` times, each message's cost drawn from it, and reports the mean step (``sim/__init__.py``).
+A spread is the quantile function of the samples over their mean, scaled to mean 1: the draws keep
+the calibrated mean, and a spread of ones prices exactly as the mean does. Draws are seeded (draw i
+uses seed i), so a price is the same every time it is asked for.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from simpar.plan import Send
+
+SPREAD_POINTS = 101  # probabilities 0, 1 %, ..., 100 % of a measured spread
+DRAWS = 64  # draws a price averages: at 4 ranks one draw's step spreads by 10-13 % (SD), the mean by ~1.5 %
+
+
+def spread_of(samples: list[float]) -> list[float]:
+    """The quantile function of ``samples`` over their mean at ``SPREAD_POINTS`` evenly spaced probabilities,
+    scaled so that its mean, read between the points as ``factor`` reads it, is exactly 1 ([] for fewer than
+    two samples or none above 0)."""
+    values = np.asarray(samples, dtype=float)
+    if len(values) < 2 or values.mean() <= 0:
+        return []
+    quantiles = np.quantile(values, np.linspace(0.0, 1.0, SPREAD_POINTS)) / values.mean()
+    return [float(q) for q in quantiles / np.trapezoid(quantiles, dx=1.0 / (SPREAD_POINTS - 1))]
+
+
+def factor(spreads: dict[int, list[float]] | None, runnable: float, u: float) -> float:
+    """The cost over its mean at probability ``u`` (0-1) with ``runnable`` ranks: each measured world's spread
+    read at ``u``, interpolated between worlds and held at the ends as the means are (``_by_ranks``); 1 without
+    spreads. Its mean over ``u`` is 1 at any ``runnable``."""
+    if not spreads:
+        return 1.0
+    keys = sorted(spreads)
+    at = [float(np.interp(u, np.linspace(0.0, 1.0, len(spreads[k])), spreads[k])) for k in keys]
+    return float(np.interp(runnable, keys, at))
+
+
+def draws_for(topology, plan) -> int:
+    """How many draws a price of ``plan`` on ``topology`` averages: ``DRAWS`` where the topology carries a
+    measured spread and the plan sends pipeline messages between ranks sharing cores, else 0 (one run at the
+    means: nothing to draw)."""
+    spread = topology.send_issue_spread or topology.late_recv_spread
+    if not spread or topology.core_slowdown is None:
+        return 0
+    return DRAWS if any(isinstance(op, Send) for prog in plan.programs for op in prog.ops) else 0

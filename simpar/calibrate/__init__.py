@@ -128,7 +128,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
     slowdown, ring, wake, handoff, resume, resume_after_recv, shared = {"1": 1.0}, {}, {}, {}, {}, {}, {}
     curve, ps_curve, phase, unit_alone, issue, worker_server, short_wake, late = {}, {}, {}, {}, {}, {}, {}, {}
     later_calls, last_calls, series_calls, resume_short, resume_tail, later = {}, {}, {}, {}, {}, {}
-    issue_spread, late_spread = {}, {}
+    issue_spread = {}
     for world in worlds:
         say(f"{world} ranks at once: compute and ring steps")
         ranks = launch(_both, world, (precision, repeats), timeout=timeout)
@@ -170,8 +170,8 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
         # the first call's extra, timed inside each repetition (a fit of 1 call against 4 in a row split it
         # from the step latency anywhere between 0 and 1.9 ms at 2 ranks as the machine drifted)
         measured_wake = series_wake([r["pattern"]["series"] for r in ranks])
-        # what a pipeline send's isend holds its sender, right after computing: the mean, stalls included, and
-        # the spread (mostly a fraction of a millisecond, now and then a scheduler tick), which the simulator draws from
+        # what a pipeline send's isend holds its sender, right after computing: the mean, stalls included, and the
+        # spread (mostly a fraction of a millisecond, now and then a scheduler slice), which the simulator draws from
         issued = [t for r in ranks for t in r["pattern"]["issued"]]
         issue[str(world)], issue_spread[str(world)] = statistics.fmean(issued), spread_of(issued)
         ring_rows = [row for row in rows if row["op"] != "psreduce"]
@@ -195,8 +195,6 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
             series_calls[str(world)] = timed[0]["calls"], statistics.fmean(r["compute"] for r in timed)
         # a pipeline receive posted after its send: gloo's rendezvous makes it wait for the sender's thread
         late[str(world)] = late_recv_cost([r["late"] for r in ranks], bandwidth)
-        late_spread[str(world)] = spread_of(  # ... and its spread, over both sizes
-            [t for r in ranks for times in r["late"].values() for t in times])
         # ... and how much more a call costs after a longer compute (the wait for the slowest rank grows)
         curve_phases, extras, phases = wake_curve(ranks)
         curve[str(world)], phase[str(world)] = [curve_phases, extras], curve_phases[0]
@@ -224,7 +222,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
                               "short_calls": [list(c) for c in short_calls],
                               "late": {size: statistics.fmean(t for r in ranks for t in r["late"][size])
                                        for size in ranks[0]["late"]},
-                              # every isend's hold and late receive, which the spreads are read from
+                              # every isend's hold (the spread is read from them) and late receive
                               "issued": issued,
                               "late_times": {size: [t for r in ranks for t in r["late"][size]]
                                              for size in ranks[0]["late"]},
@@ -254,7 +252,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
     machine = {**machine_id(), "kept_awake": awake.enabled()}
     profile = HardwareProfile(machine=machine, compute={precision: compute}, slowdown=slowdown, ring=ring,
                               wake=wake, wake_curve=curve, wake_phase=phase, handoff=handoff, send_issue=issue,
-                              late_recv=late, send_issue_spread=issue_spread, late_recv_spread=late_spread,
+                              late_recv=late, send_issue_spread=issue_spread,
                               worker_server=worker_server, worker_server_curve=ps_curve, wake_short=short_wake,
                               resume=resume, series_late=later_calls, series_last=last_calls, series_level=levels,
                               series_first=firsts,

@@ -69,10 +69,9 @@ class HardwareProfile:
     # world -> seconds a pipeline receive posted after its send takes beyond its bytes (late_worker: gloo moves
     # a message once both ends posted it); empty in older profiles: a receive waits for the data alone
     late_recv: dict[str, float] = field(default_factory=dict)
-    # world -> the spread of those two costs, the quantiles of the samples over their mean (simpar/spread.py):
-    # the simulator draws each pipeline message's cost from it; empty in older profiles: every one at its mean
+    # world -> the spread of ``send_issue``, the quantiles of its samples over their mean (simpar/spread.py): the
+    # simulator draws each pipeline send's hold from it; empty in older profiles: every send at its mean
     send_issue_spread: dict[str, list[float]] = field(default_factory=dict)
-    late_recv_spread: dict[str, list[float]] = field(default_factory=dict)
     # world -> [wake s, latency s per leg, bytes/s per leg] of the executor's Worker-Server all-reduce in the
     # step's pattern (pattern_worker's psreduce); empty in older profiles: its legs priced from the ring's step
     worker_server: dict[str, list[float]] = field(default_factory=dict)
@@ -307,7 +306,6 @@ class HardwareProfile:
         topology.send_issue_by_ranks = {int(k): float(v) for k, v in self.send_issue.items()} or None
         topology.late_recv_by_ranks = {int(k): float(v) for k, v in self.late_recv.items()} or None
         topology.send_issue_spread = {int(k): list(v) for k, v in self.send_issue_spread.items() if v} or None
-        topology.late_recv_spread = {int(k): list(v) for k, v in self.late_recv_spread.items() if v} or None
         if str(world) in self.series_late:  # measured where ranks do not outnumber cores, for that world alone
             topology.series_late = (SERIES + 1, float(self.series_late[str(world)]))
         topology.series_level = float(self.series_level.get(str(world), 0.0))  # measured for that world alone

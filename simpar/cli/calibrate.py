@@ -161,8 +161,8 @@ def _save_and_show(profile, args, precision: str, what: str = "") -> int:
         print(f"  {world} ranks: a ring all-reduce's steps after its first, after a compute, "
               f"+{units.human_time(profile.later_steps[str(world)])} (the loops over their price)")
     for world in sorted(int(k) for k in profile.send_issue_spread):  # measured since the forty-first stop
-        print(f"  {world} ranks: a pipeline message's cost, drawn per message (simpar/spread.py): "
-              f"{_spread(profile, 'send_issue', world)} (isend); {_spread(profile, 'late_recv', world)} (late receive)")
+        print(f"  {world} ranks: a pipeline send's isend holds its sender {_spread(profile, world)}, "
+              "drawn send by send (simpar/spread.py)")
     if profile.worker_server and profile.wake_short:  # measured since the twelfth stop (older profiles lack them)
         print("  ranks   first call after a short compute, beyond its steps"
               "   Worker-Server all-reduce: first call after computing   each one-way leg   leg bandwidth"
@@ -190,11 +190,9 @@ def _save_and_show(profile, args, precision: str, what: str = "") -> int:
     return 0
 
 
-def _spread(profile, name: str, world: int) -> str:
-    """A message cost's median, 90th and 99th percentiles and mean, as the spread and the mean give them."""
-    spread, mean = getattr(profile, f"{name}_spread").get(str(world)), getattr(profile, name).get(str(world), 0.0)
-    if not spread:
-        return f"mean {units.human_time(mean)}"
+def _spread(profile, world: int) -> str:
+    """A send's hold at its median, 90th and 99th percentiles and its mean, as its spread and mean give them."""
+    spread, mean = profile.send_issue_spread[str(world)], profile.send_issue.get(str(world), 0.0)
     at = [units.human_time(mean * factor({world: spread}, world, p)) for p in (0.5, 0.9, 0.99)]
     return f"median {at[0]}, p90 {at[1]}, p99 {at[2]}, mean {units.human_time(mean)}"
 

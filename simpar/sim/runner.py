@@ -93,8 +93,8 @@ class Simulator:
         # performs them (sends still leave without waiting, like its isend); otherwise streams overlap
         self.serial = serial
         self.progress = progress  # progress(ops done): told every PROGRESS_EVERY ops (a progress bar)
-        # draw i: each pipeline message's cost drawn from its measured spread, seeded by i (simpar/spread.py);
-        # None: every message at its mean
+        # draw i: each pipeline send's hold drawn from its measured spread, seeded by i (simpar/spread.py);
+        # None: every send at its mean
         self._draws = None if draw is None else np.random.default_rng(draw)
         self.ops_done = 0
 
@@ -213,7 +213,7 @@ class Simulator:
         arrival = self._arrival(op.tag)
         if self.cores is None or op.tag not in self.send_issued:
             return arrival
-        late = self.topology.late_recv(self._runnable(prog), self._draw())
+        late = self.topology.late_recv(self._runnable(prog))
         if not late:
             return arrival
         rank = prog.ranks[0]
@@ -221,7 +221,7 @@ class Simulator:
         return self.env.all_of([arrival, self.env.timeout(late + op.nbytes / self.topology.bottleneck(src, dst))])
 
     def _draw(self) -> float | None:
-        """A probability for the next pipeline message's cost (None: at its mean)."""
+        """A probability for the next pipeline send's hold (None: at its mean)."""
         return None if self._draws is None else float(self._draws.random())
 
     def _runnable(self, prog) -> int:

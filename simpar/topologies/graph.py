@@ -134,10 +134,9 @@ class Topology:
         # waits for the round trip through the sender's gloo thread, which shares a core with its compute (a
         # calibrated profile's late_recv; None elsewhere: a receive waits for the data to land, no longer)
         self.late_recv_by_ranks: dict[int, float] | None = None
-        # the spreads of those two costs, by ranks runnable: quantiles over the mean (sim/spread.py); None: every
-        # message at its mean
+        # the spread of a send's hold, by ranks runnable: quantiles over the mean (simpar/spread.py); None: every
+        # send at its mean
         self.send_issue_spread: dict[int, list[float]] | None = None
-        self.late_recv_spread: dict[int, list[float]] | None = None
         # the executor's Worker-Server all-reduce as measured in the step's pattern (a calibrated profile's
         # worker_server): its wake after computing, in place of wake_latency, and (seconds, bytes/s) of each
         # one-way leg as the server takes them in turn; None: its legs priced through the links as a ring's step
@@ -280,13 +279,14 @@ class Topology:
 
     def send_issue(self, runnable: int, draw: float | None = None) -> float:
         """Seconds a pipeline send holds its sender while ``runnable`` ranks compute or call (0 without the table):
-        the mean, or with ``draw`` (a probability, 0-1) the cost at that point of its spread (sim/spread.py)."""
-        return _by_ranks(self.send_issue_by_ranks, runnable) * _drawn(self.send_issue_spread, runnable, draw)
+        the mean, or with ``draw`` (a probability, 0-1) the hold at that point of its spread (simpar/spread.py)."""
+        mean = _by_ranks(self.send_issue_by_ranks, runnable)
+        return mean if draw is None else mean * factor(self.send_issue_spread, runnable, draw)
 
-    def late_recv(self, runnable: int, draw: float | None = None) -> float:
+    def late_recv(self, runnable: int) -> float:
         """Seconds a pipeline receive posted after its send takes while ``runnable`` ranks compute or call
-        (0 without the table: it waits for the data alone); with ``draw``, as ``send_issue``."""
-        return _by_ranks(self.late_recv_by_ranks, runnable) * _drawn(self.late_recv_spread, runnable, draw)
+        (0 without the table: it waits for the data alone)."""
+        return _by_ranks(self.late_recv_by_ranks, runnable)
 
     @property
     def capacities(self) -> np.ndarray:
@@ -383,7 +383,3 @@ def _by_ranks(table: dict[int, float] | None, runnable: int) -> float:
         return 0.0
     keys = sorted(table)
     return float(np.interp(runnable, keys, [table[k] for k in keys]))
-
-
-def _drawn(spreads: dict[int, list[float]] | None, runnable: int, draw: float | None) -> float:
-    return 1.0 if draw is None else factor(spreads, runnable, draw)

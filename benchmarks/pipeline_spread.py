@@ -1,16 +1,15 @@
-"""A pipeline's step priced with its messages at their means and drawn from their spread, beside its runs.
+"""A pipeline's step priced with its sends' holds at their mean and drawn from their spread, beside its runs.
 
     python benchmarks/pipeline_spread.py [--hardware PATH] [--gpus 2,4,8] [--runs 0] [--steps 40]
 
 For validate's pp case (tiny-deep, 1F1B, 2 micro-batches a stage) at each world the profile (this machine's
-cached one by default) has, prints the step the simulator gives with every pipeline message at its mean cost
-(``draws=0``) and as the mean of ``DRAWS`` draws from the costs' measured spreads (simpar/spread.py), with the
-draws' SD; with ``--runs N`` also the median of N real runs of the executor and each price's error against it.
-Nothing is fitted: the spread is the calibration's (isends in ``pattern_worker``'s handoffs, late receives in
-``late_worker``). On the forty-first stop (2026-11-29), with spreads from one calibration's workers: 2 ranks
-28.6 -> 29.7 ms (runs 26.1-32.2), 4 ranks 65.7 -> 74.3 (runs 69.9-75.7), 8 ranks 161.7 -> 189.5 (one run 182.7);
-at the means pp read short at every world (docs/calibration.md, "A pipeline's step is a max of its messages'
-costs").
+cached one by default) has, prints the step the simulator gives with every send's hold at its mean (``draws=0``)
+and as the mean of ``DRAWS`` draws from the hold's measured spread (simpar/spread.py), with the draws' SD; with
+``--runs N`` also the median of N real runs of the executor and each price's error against it. Nothing is fitted:
+the spread is the calibration's (every isend of ``pattern_worker``'s handoffs). On the forty-first stop
+(2026-11-29), the averaged profile of the 14:28 window: 2 ranks 30.6 -> 30.8 ms, 4 ranks 71.0 -> 76.8, 8 ranks
+191.8 -> 194.8, the window's runs 30.5, 75.2 and 190.7 ms (docs/calibration.md, "A pipeline's step is a max of
+its sends' holds").
 """
 
 from __future__ import annotations

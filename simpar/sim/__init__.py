@@ -77,9 +77,9 @@ def simulate(scenario: Scenario, topology: Topology | None = None, plan: Plan | 
     ``record_links`` keeps every link's utilisation over time (and so simulates without replay);
     ``fast`` prices every op at a fixed duration (sim/fast.py: no contention between overlapping ops), except
     on CPU ranks sharing cores, whose compute times depend on how many compute at once (sim/cores.py);
-    ``draws``: where the topology carries the measured spread of a pipeline message's cost, the step is the mean
-    of this many simulations, each message's cost drawn from it (simpar/spread.py; None: ``DRAWS``, 0: one
-    simulation, every message at its mean)."""
+    ``draws``: where the topology carries the measured spread of a pipeline send's hold, the step is the mean of
+    this many simulations, each send's hold drawn from it (simpar/spread.py; None: ``DRAWS``, 0: one simulation,
+    every send at its mean)."""
     topology = topology or build_topology(scenario)
     plan = plan or build_plan(scenario)
     if check_oom:
@@ -107,7 +107,7 @@ def _mean_of_draws(scenario: Scenario, topology: Topology, results: list[SimResu
     ranks = [{**rank, "breakdown": averaged([r.ranks[i]["breakdown"] for r in results]),
               "op_time": averaged([r.ranks[i]["op_time"] for r in results])} for i, rank in enumerate(nearest.ranks)]
     spread = (sum((t - mean) ** 2 for t in steps) / len(steps)) ** 0.5
-    note = (f"pipeline messages: each one's cost drawn from its measured spread; the step is the mean of "
+    note = (f"pipeline sends: each one's hold drawn from its measured spread; the step is the mean of "
             f"{len(steps)} draws (SD {1e3 * spread:.2f} ms; simpar/spread.py), timelines from the draw nearest it")
     return replace(nearest, step_time_s=mean, breakdown=averaged([r.breakdown for r in results]), ranks=ranks,
                    notes=nearest.notes + [note], flops=utilisation(scenario, mean, topology))
@@ -117,7 +117,7 @@ def simulate_once(scenario: Scenario, topology: Topology, plan: Plan, replay: bo
                   serial: bool = False, record_links: bool = False, progress: bool = False, fast: bool = False,
                   draw: int | None = None) -> SimResult:
     """One simulation of the step, as ``simulate``'s arguments say (``serial`` as given: ``simulate`` adds the
-    strategy's own); ``draw``: each pipeline message's cost drawn from its spread, seeded by it (None: means)."""
+    strategy's own); ``draw``: each pipeline send's hold drawn from its spread, seeded by it (None: its mean)."""
     gpu = topology.graph.nodes[topology.gpus[0]]["spec"]
     total = sum(len(p.ops) for p in plan.programs)
     # a bar on a terminal, for runs that take more than a couple of seconds (tqdm's delay)

@@ -8,7 +8,7 @@ import pytest
 from simpar.calibrate.average import average_profiles
 from simpar.models import model
 from simpar.scenario import make_scenario
-from simpar.sim import simulate, simulate_once
+from simpar.sim import build_topology, simulate, simulate_once
 from simpar.sim.runner import Simulator
 from simpar.spread import DRAWS, SPREAD_POINTS, draws_for, factor, spread_of
 from simpar.strategies import build_plan
@@ -122,7 +122,7 @@ def test_nothing_is_drawn_without_pipeline_messages_a_spread_or_shared_cores():
     assert not any("draws" in note for note in simulate(ddp, topology=topology, serial=True).notes)
     assert draws_for(_pipeline_profile(None).topology(2, "fp32"), build_plan(_pp())) == 0
     gpus = make_scenario(model("tiny-deep"), "pp", 2, micro_batch=2, microbatches=4, precision="fp32")
-    assert draws_for(simulate.__globals__["build_topology"](gpus), build_plan(gpus)) == 0
+    assert draws_for(build_topology(gpus), build_plan(gpus)) == 0
 
 
 def test_averaged_profiles_average_the_spreads_point_by_point():

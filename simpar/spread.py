@@ -9,8 +9,9 @@ where in a run the ones that do set the step: walked back from the first stage's
 path held 7.9 ms of sends against 4.4 on the simulator's, its waits for messages as priced
 (docs/calibration.md, "A pipeline's step is a max of its sends' holds").
 
-So where a profile has measured the spread, the simulator prices a Plan with pipeline sends ``DRAWS``
-times, each send's hold drawn from it, and reports the mean step (``sim/__init__.py``). A late
+So where a profile has measured the spread, the simulator prices a Plan with pipeline sends in the
+executor's order ``DRAWS`` times, each send's hold drawn from it, and reports the mean step
+(``sim/__init__.py``; with streams overlapping a send holds nothing, so nothing is drawn). A late
 receive stays at its mean: its waits on the path were priced right, and drawn from the calibration's
 spread as well it priced pp 10-12 % long at 4 and 8 ranks. A spread is the quantile function of the
 samples over their mean, scaled to mean 1: the draws keep the calibrated mean, and a spread of ones
@@ -51,10 +52,10 @@ def factor(spreads: dict[int, list[float]] | None, runnable: float, u: float) ->
     return float(np.interp(runnable, keys, at))
 
 
-def draws_for(topology, plan) -> int:
+def draws_for(topology, plan, serial: bool) -> int:
     """How many draws a price of ``plan`` on ``topology`` averages: ``DRAWS`` where the topology carries a send's
-    measured spread and the plan sends pipeline messages between ranks sharing cores, else 0 (one run at the
-    means: nothing to draw)."""
-    if not topology.send_issue_spread or topology.core_slowdown is None:
+    measured spread and the plan sends pipeline messages between ranks sharing cores, priced ``serial``ly (as the
+    executor runs them: only there does a send hold its sender), else 0 (one run at the means: nothing to draw)."""
+    if not serial or not topology.send_issue_spread or topology.core_slowdown is None:
         return 0
     return DRAWS if any(isinstance(op, Send) for prog in plan.programs for op in prog.ops) else 0

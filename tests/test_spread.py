@@ -81,7 +81,8 @@ def test_the_topology_prices_a_draw_as_the_mean_times_the_spread_there_and_a_lat
 def test_the_price_is_the_mean_of_the_seeded_draws(world):
     scenario, profile = _pp(world), _pipeline_profile(spread_of(STALLS), world)
     topology, plan = profile.topology(world, "fp32"), build_plan(_pp(world))
-    assert draws_for(topology, plan) == DRAWS
+    assert draws_for(topology, plan, serial=True) == DRAWS
+    assert draws_for(topology, plan, serial=False) == 0  # streams overlapping: a send holds nothing to draw
     drawn = simulate(scenario, topology=topology, serial=True)
     singles = [Simulator(plan, scenario, profile.topology(world, "fp32"), serial=True, draw=i).run()
                for i in range(DRAWS)]
@@ -114,15 +115,18 @@ def test_a_spread_of_ones_prices_as_the_means_do():
     assert flat.step_time_s == pytest.approx(means.step_time_s, rel=1e-12)
 
 
-def test_nothing_is_drawn_without_pipeline_messages_a_spread_or_shared_cores():
+def test_nothing_is_drawn_without_pipeline_sends_a_spread_shared_cores_or_the_executors_order():
     spread = spread_of(STALLS)
     ddp = make_scenario(model("tiny-deep"), "ddp", 2, micro_batch=2, precision="fp32", topology="cpu-host")
     topology = _pipeline_profile(spread).topology(2, "fp32")
-    assert draws_for(topology, build_plan(ddp)) == 0
+    assert draws_for(topology, build_plan(ddp), True) == 0
     assert not any("draws" in note for note in simulate(ddp, topology=topology, serial=True).notes)
-    assert draws_for(_pipeline_profile(None).topology(2, "fp32"), build_plan(_pp())) == 0
+    assert draws_for(_pipeline_profile(None).topology(2, "fp32"), build_plan(_pp()), True) == 0
+    overlapping = simulate(_pp(), topology=topology, serial=False)
+    assert not any("draws" in note for note in overlapping.notes)
+    assert overlapping.step_time_s == simulate(_pp(), topology=topology, serial=False, draws=0).step_time_s
     gpus = make_scenario(model("tiny-deep"), "pp", 2, micro_batch=2, microbatches=4, precision="fp32")
-    assert draws_for(build_topology(gpus), build_plan(gpus)) == 0
+    assert draws_for(build_topology(gpus), build_plan(gpus), True) == 0
 
 
 def test_averaged_profiles_average_the_spreads_point_by_point():

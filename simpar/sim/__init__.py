@@ -85,7 +85,8 @@ def simulate(scenario: Scenario, topology: Topology | None = None, plan: Plan | 
     if check_oom:
         check_memory(scenario, plan, topology.graph.nodes[topology.gpus[0]]["spec"], topology)
     serial = serial or not scenario.strategy.overlap_comm
-    count = draws_for(topology, plan) if draws is None else min(draws, draws_for(topology, plan))
+    most = draws_for(topology, plan, serial)
+    count = most if draws is None else min(draws, most)
     if not count:
         return simulate_once(scenario, topology, plan, replay, check_oom, serial, record_links, progress, fast)
     return _mean_of_draws(scenario, topology, [

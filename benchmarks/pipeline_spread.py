@@ -22,7 +22,7 @@ from pathlib import Path
 from simpar.calibrate import default_path
 from simpar.calibrate.profile import HardwareProfile
 from simpar.errors import SimparError
-from simpar.sim import simulate, simulate_once
+from simpar.sim import simulate
 from simpar.spread import DRAWS
 from simpar.strategies import build_plan
 from simpar.validate import case_scenario
@@ -33,8 +33,8 @@ def prices(profile: HardwareProfile, world: int) -> tuple[float, float, float]:
     scenario = case_scenario("pp", world, "fp32")
     topology, plan = profile.topology(world, "fp32"), build_plan(scenario)
     at_means = simulate(scenario, topology=topology, plan=plan, serial=True, draws=0).step_time_s
-    steps = [simulate_once(scenario, topology, plan, serial=True, draw=draw).step_time_s for draw in range(DRAWS)]
-    return at_means, statistics.fmean(steps), statistics.pstdev(steps)
+    drawn = simulate(scenario, topology=topology, plan=plan, serial=True)
+    return at_means, drawn.step_time_s, statistics.pstdev(drawn.draw_steps)
 
 
 def main() -> int:

@@ -87,6 +87,7 @@ def test_the_price_is_the_mean_of_the_seeded_draws(world):
     singles = [Simulator(plan, scenario, profile.topology(world, "fp32"), serial=True, draw=i).run()
                for i in range(DRAWS)]
     assert drawn.step_time_s == pytest.approx(sum(singles) / DRAWS, rel=1e-12)
+    assert drawn.draw_steps == singles  # each draw's step kept beside their mean
     assert len(set(singles)) > 1  # the draws differ
     assert simulate(scenario, topology=topology, serial=True).step_time_s == drawn.step_time_s  # seeded
     # the parts, overall and each rank's, are the means of the draws' parts

@@ -31,6 +31,7 @@ class SimResult:
     op_timeline: list[dict] = field(default_factory=list)  # per program: every op's start and end
     link_timeline: list[dict] = field(default_factory=list)  # per channel: utilisation over time (record_links)
     flops: dict = field(default_factory=dict)  # model_flops_per_gpu_s, mfu, hfu (simpar.flops)
+    draw_steps: list[float] = field(default_factory=list)  # each draw's step where the step is their mean
 
     def to_json(self, timeline: bool = False, ops: bool = False, links: bool = False) -> dict:
         data = {"step_time_s": self.step_time_s, **self.flops, "breakdown": self.breakdown, "ranks": self.ranks,
@@ -111,7 +112,7 @@ def _mean_of_draws(scenario: Scenario, topology: Topology, results: list[SimResu
     note = (f"pipeline sends: each one's hold drawn from its measured spread; the step is the mean of "
             f"{len(steps)} draws (SD {1e3 * spread:.2f} ms; simpar/spread.py), timelines from the draw nearest it")
     return replace(nearest, step_time_s=mean, breakdown=averaged([r.breakdown for r in results]), ranks=ranks,
-                   notes=nearest.notes + [note], flops=utilisation(scenario, mean, topology))
+                   notes=nearest.notes + [note], flops=utilisation(scenario, mean, topology), draw_steps=steps)
 
 
 def simulate_once(scenario: Scenario, topology: Topology, plan: Plan, replay: bool = True, check_oom: bool = True,

@@ -68,6 +68,11 @@ def test_profiles_of_other_worlds_or_machines_do_not_average():
         average_profiles([_profile(1.0), _profile(1.0, worlds=("2", "8"))], ["a", "b"])
     with pytest.raises(SimparError, match="--average: b was calibrated on 'other'"):
         average_profiles([_profile(1.0), _profile(1.0, host="other")], ["a", "b"])
+    # wake_short is a short loop's call less its bytes' price: loops timed at other sizes do not average
+    older = _profile(1.0)
+    older.short_size = 2 * _profile(1.0).short_size
+    with pytest.raises(SimparError, match="--average: b timed its short loops' calls at"):
+        average_profiles([_profile(1.0), older], ["a", "b"])
 
 
 def test_calibrate_average_saves_the_merged_profile_and_reports_bad_input(tmp_path, cli):

@@ -75,7 +75,8 @@ def test_calibrate_then_validate_end_to_end(tmp_path, cli):
     timed = data["samples"]["shared"]["2"]["short_calls"]
     assert set(data["wake_short"]) == {"2"} and len(data["wake_short"]["2"]) == len(timed) == 2
     assert 0 < timed[0][0] < timed[1][0]
-    priced = ring_price("allreduce", PHASE_SIZE, 2, *data["ring"]["2"])
+    assert data["short_size"] < PHASE_SIZE  # timed at a tensor-parallel activation's size, the bytes a trifle
+    priced = ring_price("allreduce", data["short_size"], 2, *data["ring"]["2"])
     for (compute, call), (short, paid) in zip(timed, data["wake_short"]["2"]):
         assert short == compute and call > 0 and paid == pytest.approx(call - priced)
     # the phase loops' calls over their price, their later steps' (kept where the ranks fit the cores)

@@ -219,6 +219,15 @@ def test_a_call_after_no_compute_is_anchored_at_the_back_to_back_pace():
     assert topology.collective_wake(0.0) == pytest.approx(anchor)
     assert topology.wake_share(0.0, ((0.5e-3, 0.5e-3),)) == 0.0  # another op's points start from nothing
     assert profile.topology(4, "fp32").wake_anchor == 0.0  # 4 ranks on 2 cores: every call waits for slices
+    # a profile whose short loops timed smaller calls (SHORT_SIZE) anchors at that size: the bytes' part moves
+    from simpar.calibrate.profile import SHORT_SIZE
+
+    faster = replace(profile, samples={"shared": {"2": {"back_to_back": [20e-6, 4e9]}}})  # back to back at 4 GB/s
+    small = replace(faster, short_size=SHORT_SIZE)
+    for each, size in ((faster, PHASE_SIZE), (small, SHORT_SIZE)):
+        assert each.topology(2, "fp32").wake_anchor == pytest.approx(
+            ring_price("allreduce", size, 2, 20e-6, 4e9) - ring_price("allreduce", size, 2, 50e-6, 2e9))
+    assert faster.topology(2, "fp32").wake_anchor < small.topology(2, "fp32").wake_anchor < 0
 
     # in a step: tp's calls after its pieces pay the difference, the replayed and fixed steps equal the full one
     scenario = make_scenario(model("tiny-deep"), "tp", 2, micro_batch=2, precision="fp32", topology="cpu-host")

@@ -24,7 +24,7 @@ from simpar.calibrate.lag import later_steps, wake_curve
 from simpar.calibrate.pipeline_bench import late_recv_cost, late_worker, relay_worker
 from simpar.calibrate.fits import (adam_per_tensor, fit_collective_costs, fit_compute, fit_line, fit_optimizer_step,
                                   fit_sharded_work, fit_tensor_work, ring_price, ring_steps, step_bytes)
-from simpar.calibrate.profile import PHASE_SIZE, HardwareProfile, machine_id
+from simpar.calibrate.profile import PHASE_SIZE, SHORT_SIZE, HardwareProfile, machine_id
 from simpar.calibrate.series import (SERIES, SERIES_SECONDS, series_first, series_last, series_late, series_level,
                                     series_positions, series_wake, series_worker)
 from simpar.calibrate.tail import fit_tail, position_means, tail_worker
@@ -63,7 +63,8 @@ def _both(ctx, precision: str, repeats: int) -> dict:
             "pattern": pattern_worker(ctx, PATTERN_SIZES, repeats),
             "relay": relay_worker(ctx, 3 * repeats),
             "late": late_worker(ctx, 10 * repeats),
-            "phases": phase_worker(ctx, PHASE_SIZE, PHASE_SECONDS * repeats / 10, ps_size=PATTERN_SIZES[-1])}
+            "phases": phase_worker(ctx, PHASE_SIZE, PHASE_SECONDS * repeats / 10, ps_size=PATTERN_SIZES[-1],
+                                   short_size=SHORT_SIZE)}
 
 
 def resume_point(after: float, base: float, slowdown: float) -> list[float]:
@@ -209,9 +210,11 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
         # short piece and a unit and levels after. Against the price, not against the calls after it in the short
         # loop: those go at about the back-to-back pace (2 ranks, 16 KiB: 0.63-0.99 ms an all-reduce, back to
         # back 0.67-0.93), not at the step latency in a step, which is fitted on the calls after a unit's compute
-        # (2 steps: 1.16-1.8 ms), and the simulator prices every call from that latency (docs/calibration.md)
+        # (2 steps: 1.16-1.8 ms), and the simulator prices every call from that latency (docs/calibration.md). At a
+        # tensor-parallel activation's size (``SHORT_SIZE``): at 256 KiB the fitted bandwidth's price of the bytes,
+        # subtracted here and not paid back by tp's 16 KiB calls, ran about 0.1 ms a call over their cost
         short_calls = [phase_cost([r["phases"][key] for r in ranks]) for key in SHORT_LOOPS]
-        short_wake[str(world)] = [[compute, call - ring_price("allreduce", PHASE_SIZE, world, step_alpha, bandwidth)]
+        short_wake[str(world)] = [[compute, call - ring_price("allreduce", SHORT_SIZE, world, step_alpha, bandwidth)]
                                   for compute, call in short_calls]
         shared[str(world)] = {"ring_seconds": steps, "pattern": rows, "pattern_compute": inside, "series": positions,
                               "wake_fitted_with_the_steps": fit_collective_costs(ring_rows)[0],
@@ -254,6 +257,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
                               wake=wake, wake_curve=curve, wake_phase=phase, handoff=handoff, send_issue=issue,
                               late_recv=late, send_issue_spread=issue_spread,
                               worker_server=worker_server, worker_server_curve=ps_curve, wake_short=short_wake,
+                              short_size=SHORT_SIZE,
                               resume=resume, series_late=later_calls, series_last=last_calls, series_level=levels,
                               series_first=firsts,
                               resume_after_recv=resume_after_recv, resume_unit=unit_alone, between_ops=between,

@@ -101,6 +101,9 @@ def average_profiles(profiles: list[HardwareProfile], paths: list[str], common: 
         if profile.machine.get("host") != profiles[0].machine.get("host"):
             raise SimparError(f"--average: {path} was calibrated on {profile.machine.get('host')!r}, "
                               f"{paths[0]} on {profiles[0].machine.get('host')!r}: average calibrations of one machine")
+        if profile.short_size != profiles[0].short_size:  # wake_short is a call's cost less its bytes' price
+            raise SimparError(f"--average: {path} timed its short loops' calls at {profile.short_size} bytes, "
+                              f"{paths[0]} at {profiles[0].short_size}: recalibrate the older one")
         if profile.machine.get("kept_awake", False) != profiles[0].machine.get("kept_awake", False):
             raise SimparError(f"--average: {path} and {paths[0]} were calibrated one with the cores kept awake, "
                               f"one without (SIMPAR_KEEP_AWAKE): their calls cost different things")

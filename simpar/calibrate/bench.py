@@ -191,7 +191,8 @@ SHORT_LOOPS = {"short": 1, "mid": 2}
 SHORT_REPS, SHORT_WARMUP = 60, 20
 
 
-def phase_worker(ctx, size: int, seconds: float = 8.0, repeats: int = 3, ps_size: int | None = None) -> dict:
+def phase_worker(ctx, size: int, seconds: float = 8.0, repeats: int = 3, ps_size: int | None = None,
+                 short_size: int | None = None) -> dict:
     """How a call's cost grows with the compute before it: ``pattern_worker``'s unit computed each of
     ``PHASE_UNITS`` times in a row, then one all-reduce of ``size`` bytes (the executor's ring), every
     rank at once; the loops interleaved round by round against the machine's drift, rounds repeated
@@ -209,8 +210,9 @@ def phase_worker(ctx, size: int, seconds: float = 8.0, repeats: int = 3, ps_size
     its all-reduce 4-17 ms apart. At 2 ranks they drift apart while their cores run at different speeds:
     each vCPU of the development VM flips between a fast and a slow state for 0.25-6.5 s at a time
     (benchmarks/host_speed.py); seconds of rounds average the states.
-    "short" and "mid" (``SHORT_LOOPS``): the unit's forward once or twice, then one call, as tensor
-    parallelism's pieces and calls follow each other ([start, compute end, call end]), ``SHORT_REPS`` a round,
+    "short" and "mid" (``SHORT_LOOPS``): the unit's forward once or twice, then one all-reduce of ``short_size``
+    bytes (``size`` if None), as tensor parallelism's pieces and calls follow each other ([start, compute end,
+    call end]), ``SHORT_REPS`` a round,
     the first ``SHORT_WARMUP`` not kept (cold after the long loops). A call after a short compute costs less
     than after a unit: at 2 ranks a 4 KiB all-reduce cost 0.9 ms back to back, 0.8 after 0.1 ms of compute
     (products), 1.7 after 0.3, 2.4 after 0.6, 2.8 after 1.1 and 3.2 after the unit (2.1 ms), mean of 150.
@@ -223,7 +225,9 @@ def phase_worker(ctx, size: int, seconds: float = 8.0, repeats: int = 3, ps_size
     comm, group = CountingComm(ctx.rank), list(range(ctx.world))
     unit = _unit_burst()
     flat = torch.zeros(max(size // 4, ctx.world))
-    calls = {str(units): lambda: comm.ring_all_reduce(flat, group) for units in (*SHORT_LOOPS, *PHASE_UNITS)}
+    short_flat = torch.zeros(max((short_size or size) // 4, ctx.world))
+    calls = {str(units): lambda: comm.ring_all_reduce(flat, group) for units in PHASE_UNITS}
+    calls = {**{key: lambda: comm.ring_all_reduce(short_flat, group) for key in SHORT_LOOPS}, **calls}
     if ps_size:
         pushed = torch.zeros(max(ps_size // 4, ctx.world))
         calls.update({f"ps{units}": lambda: comm.ps_all_reduce(pushed, group) for units in PHASE_UNITS})
@@ -237,6 +241,7 @@ def phase_worker(ctx, size: int, seconds: float = 8.0, repeats: int = 3, ps_size
     for _ in range(3):  # warm up: a fresh process's first backward takes tens of milliseconds
         unit()
     comm.ring_all_reduce(flat, group)  # and the connections
+    comm.ring_all_reduce(short_flat, group)
     began, more = time.perf_counter(), torch.ones(1)
     while more.item():
         for key, call in calls.items():

@@ -43,7 +43,10 @@ if TYPE_CHECKING:
     from simpar.calibrate.gpu_profile import GPUProfile
 
 VERSION = 18
-PHASE_SIZE = 2**18  # bytes of the all-reduce after the calibration's short and long computes (phase_worker)
+PHASE_SIZE = 2**18  # bytes of the all-reduce after the calibration's long computes (phase_worker)
+# ... and after its short ones: a tensor-parallel activation's size (tiny-deep's at micro-batch 2), where the
+# bytes cost a few microseconds and the fitted bandwidth's error cannot leak into ``wake_short`` (see there)
+SHORT_SIZE = 2**14
 
 
 def machine_id() -> dict:
@@ -89,6 +92,9 @@ class HardwareProfile:
     # world -> [[seconds of a short compute, the first call after it beyond the ring's price (negative: less)], ...]:
     # phase_worker's short loops, a point each (``SHORT_LOOPS``); empty: a call after any compute pays the whole wake
     wake_short: dict[str, list[list[float]]] = field(default_factory=dict)
+    # bytes of the short loops' all-reduce (``SHORT_SIZE``); older profiles timed them at ``PHASE_SIZE``, where the
+    # ring's price of the bytes, subtracted to give ``wake_short``, ran 0.1-0.15 ms a call over what they cost
+    short_size: int = PHASE_SIZE
     # world -> seconds per ring step a collective from the fifth on of a series after computing pays beyond the
     # step latency (negative: less; the executor's own ZeRO-3 gathers timed call by call: calibrate/series.py),
     # for world sizes up to the cores; elsewhere (and in older profiles) every call of a series at the step latency
@@ -202,7 +208,7 @@ class HardwareProfile:
 
     def short_anchor(self, world: int) -> float:
         """What a call right after no compute pays beyond its steps at the step latency (the first point of
-        ``wake_short``'s curve): the back-to-back ring's price of the short loops' all-reduce (``PHASE_SIZE``)
+        ``wake_short``'s curve): the back-to-back ring's price of the short loops' all-reduce (``short_size``)
         less the step's. The step latency is fitted on a series of calls after a unit's compute and carries its
         stalls (0.44-0.90 ms a step over seven calibrations at 2 ranks, back to back 0.21-0.33); a call after no
         compute has none of them (tensor-parallel calls after 0.2-0.45 ms pieces cost 1.1-1.4 ms where the
@@ -213,8 +219,8 @@ class HardwareProfile:
         if not shared or world > int(self.machine.get("cores") or 1):
             return 0.0
         back_to_back = [float(x) for x in self._nearest(shared, world)]
-        return (ring_price("allreduce", PHASE_SIZE, world, *back_to_back)
-                - ring_price("allreduce", PHASE_SIZE, world, *self.ring_step(world)))
+        return (ring_price("allreduce", self.short_size, world, *back_to_back)
+                - ring_price("allreduce", self.short_size, world, *self.ring_step(world)))
 
     def wake_cost(self, world: int) -> float:
         return float(self._nearest(self.wake, world)) if self.wake else 0.0

@@ -71,10 +71,10 @@ def test_calibrate_then_validate_end_to_end(tmp_path, cli):
     from simpar.calibrate import PHASE_SIZE
     from simpar.calibrate.fits import ring_price
 
-    # after each of the short loops' computes, the longer one's longer
+    # after each of the short loops' computes (brief, short, mid), each longer than the one before
     timed = data["samples"]["shared"]["2"]["short_calls"]
-    assert set(data["wake_short"]) == {"2"} and len(data["wake_short"]["2"]) == len(timed) == 2
-    assert 0 < timed[0][0] < timed[1][0]
+    assert set(data["wake_short"]) == {"2"} and len(data["wake_short"]["2"]) == len(timed) == 3
+    assert 0 < timed[0][0] < timed[1][0] < timed[2][0]
     assert data["short_size"] < PHASE_SIZE  # timed at a tensor-parallel activation's size, the bytes a trifle
     priced = ring_price("allreduce", data["short_size"], 2, *data["ring"]["2"])
     for (compute, call), (short, paid) in zip(timed, data["wake_short"]["2"]):

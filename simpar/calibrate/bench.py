@@ -183,7 +183,11 @@ SHORT_PHASE = 3e-4  # seconds (alone) of a tensor-parallel piece's compute (shor
 # phase_worker's short compute: the unit's forward once (0.35-0.45 ms alone: a tensor-parallel piece's), and twice,
 # as tp's calls rose 1.1-1.7 ms a ms from 0.4 to 0.7 ms of it; the kind of work tp's pieces are, their resume
 # included, where small matrix products pay none (docs/calibration.md, "The short loops compute what tp computes")
-SHORT_LOOPS = {"short": 1, "mid": 2}
+# ... and "brief", the forward at micro-batch 1 (0.25-0.3 ms among the ranks: a forward piece's length, 0.2-0.26 ms
+# in tp's 2-rank step): interpolated between the back-to-back pace and the short loop, tp's calls after its forward
+# pieces read 11-17 % short, the cost rising faster than a line over the first few tenths of a millisecond
+# (2026-11-29). {loop: (forwards, micro-batch)}
+SHORT_LOOPS = {"brief": (1, 1), "short": (1, 2), "mid": (2, 2)}
 # repetitions of the short loop a round, and how many of its first are not kept: right after the long loops
 # and a barrier a call is slow for about five repetitions (2 ranks, 256 KiB: 2.2-2.4 ms, then 1.0-1.1 by the
 # sixth; caches cold after the time away from the calls, as the once-a-step units' are), where tp's calls
@@ -210,7 +214,8 @@ def phase_worker(ctx, size: int, seconds: float = 8.0, repeats: int = 3, ps_size
     its all-reduce 4-17 ms apart. At 2 ranks they drift apart while their cores run at different speeds:
     each vCPU of the development VM flips between a fast and a slow state for 0.25-6.5 s at a time
     (benchmarks/host_speed.py); seconds of rounds average the states.
-    "short" and "mid" (``SHORT_LOOPS``): the unit's forward once or twice, then one all-reduce of ``short_size``
+    "brief", "short" and "mid" (``SHORT_LOOPS``): the unit's forward once at micro-batch 1, once and twice at
+    ``BURST_UNIT``'s, then one all-reduce of ``short_size``
     bytes (``size`` if None), as tensor parallelism's pieces and calls follow each other ([start, compute end,
     call end]), ``SHORT_REPS`` a round,
     the first ``SHORT_WARMUP`` not kept (cold after the long loops). A call after a short compute costs less
@@ -232,8 +237,10 @@ def phase_worker(ctx, size: int, seconds: float = 8.0, repeats: int = 3, ps_size
         pushed = torch.zeros(max(ps_size // 4, ctx.world))
         calls.update({f"ps{units}": lambda: comm.ps_all_reduce(pushed, group) for units in PHASE_UNITS})
     marks: dict[str, list[list[float]]] = {key: [] for key in calls}
-    forward = _unit_burst(backward=False)
-    shorts = {key: (lambda times=times: [forward() for _ in range(times)]) for key, times in SHORT_LOOPS.items()}
+    forwards = {batch: _unit_burst(backward=False, batch=batch) for _, batch in SHORT_LOOPS.values()}
+    forward = forwards[SHORT_LOOPS["short"][1]]
+    shorts = {key: (lambda times=times, f=forwards[batch]: [f() for _ in range(times)])
+              for key, (times, batch) in SHORT_LOOPS.items()}
     # the resume of the short loop's forward: each right after a call there, and in a loop without calls, where
     # the ranks fit the cores (more of them: time slices, not a resume)
     resumed: dict[str, list[float]] = ({"resume_forward": [], "resume_forward_base": []}
@@ -330,12 +337,13 @@ def _handoff(comm: CountingComm, tensor: torch.Tensor, rank: int, world: int) ->
 BURST_UNIT = ("tiny-deep", 2)  # _unit_burst's model and micro-batch: its layer is a row of compute_worker's
 
 
-def _unit_burst(backward: bool = True):
+def _unit_burst(backward: bool = True, batch: int | None = None):
     """The compute of ``pattern_worker``: a tiny-deep layer's forward and backward at micro-batch 2
     (what a step computes per unit; a short no-grad forward alone reads a larger slowdown, 1.7x
     against 1.3x at 2 ranks, as part of the slowdown is a fixed cost of resuming after a call). Without
-    ``backward``: its forward alone (autograd recording, as the executor's), a third of it."""
-    name, batch = BURST_UNIT
+    ``backward``: its forward alone (autograd recording, as the executor's), a third of it. ``batch``: another
+    micro-batch than ``BURST_UNIT``'s."""
+    name, batch = BURST_UNIT[0], batch or BURST_UNIT[1]
     spec = model(name)
     layer = build_model(spec).units[1]
     hidden = torch.randn(batch, spec.seq, spec.hidden)

@@ -183,8 +183,8 @@ SHORT_PHASE = 3e-4  # seconds (alone) of a tensor-parallel piece's compute (shor
 # phase_worker's short compute: the unit's forward once (0.35-0.45 ms alone: a tensor-parallel piece's), and twice,
 # as tp's calls rose 1.1-1.7 ms a ms from 0.4 to 0.7 ms of it; the kind of work tp's pieces are, their resume
 # included, where small matrix products pay none (docs/calibration.md, "The short loops compute what tp computes")
-# ... and "brief", the forward at micro-batch 1 (0.25-0.3 ms among the ranks: a forward piece's length, 0.2-0.26 ms
-# in tp's 2-rank step): interpolated between the back-to-back pace and the short loop, tp's calls after its forward
+# ... and "brief", the forward at micro-batch 1 (0.30-0.33 ms among the ranks: near a forward piece's length,
+# 0.20-0.26 ms in tp's 2-rank step): interpolated between the back-to-back pace and the short loop, tp's calls after its forward
 # pieces read 11-17 % short, the cost rising faster than a line over the first few tenths of a millisecond
 # (2026-11-29). {loop: (forwards, micro-batch)}
 SHORT_LOOPS = {"brief": (1, 1), "short": (1, 2), "mid": (2, 2)}
@@ -215,11 +215,10 @@ def phase_worker(ctx, size: int, seconds: float = 8.0, repeats: int = 3, ps_size
     each vCPU of the development VM flips between a fast and a slow state for 0.25-6.5 s at a time
     (benchmarks/host_speed.py); seconds of rounds average the states.
     "brief", "short" and "mid" (``SHORT_LOOPS``): the unit's forward once at micro-batch 1, once and twice at
-    ``BURST_UNIT``'s, then one all-reduce of ``short_size``
-    bytes (``size`` if None), as tensor parallelism's pieces and calls follow each other ([start, compute end,
-    call end]), ``SHORT_REPS`` a round,
-    the first ``SHORT_WARMUP`` not kept (cold after the long loops). A call after a short compute costs less
-    than after a unit: at 2 ranks a 4 KiB all-reduce cost 0.9 ms back to back, 0.8 after 0.1 ms of compute
+    ``BURST_UNIT``'s, then one all-reduce of ``short_size`` bytes (``size`` if None), as tensor parallelism's
+    pieces and calls follow each other ([start, compute end, call end]), ``SHORT_REPS`` a round, the first
+    ``SHORT_WARMUP`` not kept (cold after the long loops). A call after a short compute costs less than after a
+    unit: at 2 ranks a 4 KiB all-reduce cost 0.9 ms back to back, 0.8 after 0.1 ms of compute
     (products), 1.7 after 0.3, 2.4 after 0.6, 2.8 after 1.1 and 3.2 after the unit (2.1 ms), mean of 150.
     "resume_forward" and "resume_forward_base" (where the ranks fit the cores): [s of each forward] of the
     short loop, right after its calls, and of a loop of the same forwards without calls: what a short compute

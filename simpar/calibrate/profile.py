@@ -93,7 +93,7 @@ class HardwareProfile:
     # phase_worker's short loops, a point each (``SHORT_LOOPS``); empty: a call after any compute pays the whole wake
     wake_short: dict[str, list[list[float]]] = field(default_factory=dict)
     # bytes of the short loops' all-reduce (``SHORT_SIZE``); older profiles timed them at ``PHASE_SIZE``, where the
-    # ring's price of the bytes, subtracted to give ``wake_short``, ran 0.1-0.15 ms a call over what they cost
+    # ring's price of the bytes, subtracted to give ``wake_short``, ran about 0.1 ms a call over what they cost
     short_size: int = PHASE_SIZE
     # world -> seconds per ring step a collective from the fifth on of a series after computing pays beyond the
     # step latency (negative: less; the executor's own ZeRO-3 gathers timed call by call: calibrate/series.py),

@@ -184,9 +184,9 @@ SHORT_PHASE = 3e-4  # seconds (alone) of a tensor-parallel piece's compute (shor
 # as tp's calls rose 1.1-1.7 ms a ms from 0.4 to 0.7 ms of it; the kind of work tp's pieces are, their resume
 # included, where small matrix products pay none (docs/calibration.md, "The short loops compute what tp computes")
 # ... and "brief", the forward at micro-batch 1 (0.30-0.33 ms among the ranks: near a forward piece's length,
-# 0.20-0.26 ms in tp's 2-rank step): interpolated between the back-to-back pace and the short loop, tp's calls after its forward
-# pieces read 11-17 % short, the cost rising faster than a line over the first few tenths of a millisecond
-# (2026-11-29). {loop: (forwards, micro-batch)}
+# 0.20-0.26 ms in tp's 2-rank step): interpolated between the back-to-back pace and the short loop, tp's calls
+# after its forward pieces read 11-17 % short, the cost rising faster than a line over the first few tenths of a
+# millisecond (2026-11-29). {loop: (forwards, micro-batch)}
 SHORT_LOOPS = {"brief": (1, 1), "short": (1, 2), "mid": (2, 2)}
 # repetitions of the short loop a round, and how many of its first are not kept: right after the long loops
 # and a barrier a call is slow for about five repetitions (2 ranks, 256 KiB: 2.2-2.4 ms, then 1.0-1.1 by the

@@ -237,6 +237,29 @@ def test_a_call_after_no_compute_is_anchored_at_the_back_to_back_pace():
     assert full.step_time_s < simulate(scenario, topology=older, serial=True).step_time_s
 
 
+def test_a_brief_loop_beside_the_forward_pieces_prices_their_calls_from_its_point():
+    """tp's forward pieces compute for less than the short loop (at 2 ranks 0.20-0.26 ms against 0.36-0.41), and
+    their calls cost about what a call after the short loop does; interpolated from the back-to-back pace they
+    read 11-17 % short. A brief loop's point beside them (the same extra, a shorter compute) lifts what every
+    call after a compute shorter than the short loop's pays, and nothing after a longer one."""
+    profile = _profile()
+    profile.wake, profile.wake_phase = {"2": 1e-3}, {"2": 2e-3}
+    profile.samples = {"shared": {"2": {"back_to_back": [20e-6, 2e9]}}}
+    profile.wake_short = {"2": [[0.4e-3, 0.5e-3], [0.8e-3, 0.6e-3]]}
+    two = profile.topology(2, "fp32")
+    profile.wake_short = {"2": [[0.3e-3, 0.5e-3], [0.4e-3, 0.5e-3], [0.8e-3, 0.6e-3]]}
+    three = profile.topology(2, "fp32")
+    assert three.collective_wake(0.3e-3) == pytest.approx(0.5e-3)  # through the brief point
+    assert two.collective_wake(0.3e-3) < 0.5e-3  # on the line from the back-to-back pace
+    for phase in (0.1e-3, 0.25e-3, 0.35e-3):
+        assert three.collective_wake(phase) > two.collective_wake(phase)
+    for phase in (0.0, 0.4e-3, 0.6e-3, 1.5e-3):
+        assert three.collective_wake(phase) == pytest.approx(two.collective_wake(phase))
+    scenario = make_scenario(model("tiny-deep"), "tp", 2, micro_batch=2, precision="fp32", topology="cpu-host")
+    assert simulate(scenario, topology=three, serial=True).step_time_s > \
+        simulate(scenario, topology=two, serial=True).step_time_s
+
+
 def _whole(profile):
     return replace(profile, wake_short={})
 

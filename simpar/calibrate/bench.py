@@ -230,8 +230,8 @@ def phase_worker(ctx, size: int, seconds: float = 8.0, repeats: int = 3, ps_size
     unit = _unit_burst()
     flat = torch.zeros(max(size // 4, ctx.world))
     short_flat = torch.zeros(max((short_size or size) // 4, ctx.world))
-    calls = {str(units): lambda: comm.ring_all_reduce(flat, group) for units in PHASE_UNITS}
-    calls = {**{key: lambda: comm.ring_all_reduce(short_flat, group) for key in SHORT_LOOPS}, **calls}
+    calls = {**{key: lambda: comm.ring_all_reduce(short_flat, group) for key in SHORT_LOOPS},
+             **{str(units): lambda: comm.ring_all_reduce(flat, group) for units in PHASE_UNITS}}
     if ps_size:
         pushed = torch.zeros(max(ps_size // 4, ctx.world))
         calls.update({f"ps{units}": lambda: comm.ps_all_reduce(pushed, group) for units in PHASE_UNITS})

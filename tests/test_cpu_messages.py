@@ -158,8 +158,8 @@ def test_a_call_after_a_short_compute_pays_a_share_of_the_wake():
     assert len(calls) == len(before) > 0
     phases = [costs.after_compute[(0, e["op"])] for e in calls if (0, e["op"]) in costs.after_compute]
     assert sum(p < 0.5e-3 for p in phases) > len(phases) / 2  # most follow a piece's compute: short of the unit
-    for e in calls:  # each call after a piece pays what its share leaves off the whole wake
-        phase = costs.after_compute.get((0, e["op"]))
+    for e in calls:  # each call after a piece pays what its share, at the program's pace, leaves off the whole wake
+        phase = costs.paces.get((0, e["op"]), costs.after_compute.get((0, e["op"])))
         saved = 0.0 if phase is None else 1e-3 * (1 - costs.topology.wake_share(phase))
         was = before[e["op"]]
         assert (was["end"] - was["start"]) - (e["end"] - e["start"]) == pytest.approx(saved, abs=1e-9)
@@ -258,6 +258,52 @@ def test_a_brief_loop_beside_the_forward_pieces_prices_their_calls_from_its_poin
     scenario = make_scenario(model("tiny-deep"), "tp", 2, micro_batch=2, precision="fp32", topology="cpu-host")
     assert simulate(scenario, topology=three, serial=True).step_time_s > \
         simulate(scenario, topology=two, serial=True).step_time_s
+
+
+def test_the_calls_after_short_computes_are_read_at_their_programs_pace():
+    """A call's wake after a short compute follows the rank's pace over its calls (benchmarks/call_pace.py): every
+    ring collective of a program after a compute shorter than ``wake_phase`` is priced at the mean of those
+    computes; the compute before each is still recorded as it is, and ZeRO-3's gathers (their own series'
+    points) and a program's only short call keep their own. The replayed and the fixed-duration steps equal
+    the full simulation."""
+    from simpar.plan import Collective
+    from simpar.strategies import build_plan
+    from simpar.sim.op_costs import OpCosts
+
+    profile = _profile()
+    profile.wake, profile.wake_phase = {"2": 1e-3}, {"2": 1.2e-3}
+    profile.wake_short = {"2": [[0.3e-3, 0.2e-3], [0.4e-3, 0.5e-3], [0.8e-3, 0.7e-3]]}
+    topology = profile.topology(2, "fp32")
+
+    def short_calls(strategy):
+        scenario = make_scenario(model("tiny-deep"), strategy, 2, micro_batch=2, precision="fp32",
+                                 topology="cpu-host")
+        plan = build_plan(scenario)
+        costs = OpCosts(plan, scenario, topology)
+        calls = [(pi, op) for pi, prog in enumerate(plan.programs) for op in prog.ops if isinstance(op, Collective)
+                 and costs.after_compute.get((pi, op.id), 1.0) < 1.2e-3]
+        return scenario, costs, calls
+
+    scenario, costs, calls = short_calls("tp")  # (its ranks' programs are alike: one is kept)
+    phases = [costs.after_compute[(pi, op.id)] for pi, op in calls]
+    assert len(phases) > 10 and max(phases) > 2 * min(phases)  # forward and backward pieces differ
+    mean = sum(phases) / len(phases)
+    for pi, op in calls:
+        assert costs.paces[(pi, op.id)] == pytest.approx(mean)
+        assert costs.wake(pi, op) == pytest.approx(topology.collective_wake(mean) + costs.handling(op))
+    own = {(pi, op.id): topology.collective_wake(costs.after_compute[(pi, op.id)]) for pi, op in calls}
+    assert any(costs.wake(pi, op) - costs.handling(op) != pytest.approx(own[(pi, op.id)]) for pi, op in calls)
+    full, replayed = (simulate(scenario, topology=profile.topology(2, "fp32"), serial=True, replay=r)
+                      for r in (False, True))
+    fixed = simulate(scenario, topology=profile.topology(2, "fp32"), serial=True, fast=True)
+    assert full.step_time_s == pytest.approx(replayed.step_time_s, rel=1e-9)
+    assert full.step_time_s == pytest.approx(fixed.step_time_s, rel=1e-9)
+
+    _, costs, calls = short_calls("zero3")  # its gathers keep their own compute
+    gathers = [(pi, op) for pi, op in calls if costs._sharded_gather(op)]
+    assert gathers and not any((pi, op.id) in costs.paces for pi, op in gathers)
+    _, costs, calls = short_calls("ddp")  # one call after the backward: its own
+    assert len(calls) <= 1 and not costs.paces
 
 
 def _whole(profile):

@@ -44,6 +44,7 @@ class OpCosts:
                  or topology.resume_latency or topology.handoff_latency
                  or topology.resume_after_recv_latency or topology.between_ops or topology.resume_tail)
         self.after_compute, self.after_network = self._turns() if turns else ({}, {})
+        self.paces = self._paces()
         self.later_calls = (self._later_calls() if topology.series_late or topology.series_level or topology.series_last
                             else {})
         self.cold = self._cold_caches() if gpu.costs is not None and gpu.costs.get("cold") else {}
@@ -103,6 +104,29 @@ class OpCosts:
                     phase, quiet = (0.0, 0) if network else (phase, quiet)
                     last = op if network or isinstance(op, (Compute, Copy)) else last
         return woken, resumed
+
+    def _paces(self) -> dict:
+        """(program, op id) -> the compute a call's wake is read at, where not the compute right before it: each
+        program's ring collectives after a short compute (below ``wake_phase``, where ``wake_short`` prices them)
+        at the mean of their computes. What such a call pays beyond its steps follows the rank's pace over its
+        calls more than the compute just before it: at 2 ranks (2026-11-29, eight launches) loops of a 0.30-0.35
+        and a 0.67-0.74 ms compute, each before every call, cost 0.08-0.47 ms apart a call (mean 0.33); the two
+        alternated, their calls 0.10 ms cheaper to 0.21 dearer after the longer (mean 0.08). tp's calls cost
+        1.24-1.27 ms after pieces of 0.21-0.45 ms that, each read at its own, priced them 0.94-1.44. Blocks of 16
+        calls after each compute kept 0.07-0.45 ms apart: the pace runs over fewer calls than a step where the
+        computes differ that much (benchmarks/call_pace.py; docs/calibration.md, "A call's wake follows the
+        rank's pace")."""
+        paces: dict = {}
+        if not self.topology.wake_short:
+            return paces
+        woken = self.after_compute
+        for pi, prog in enumerate(self.plan.programs):
+            keys = [(pi, op.id) for op in prog.ops if (pi, op.id) in woken and isinstance(op, Collective)
+                    and op.algo in (None, "ring") and not self._sharded_gather(op)
+                    and woken[(pi, op.id)] < self.topology.wake_phase]
+            if len(keys) > 1:
+                paces.update(dict.fromkeys(keys, sum(woken[key] for key in keys) / len(keys)))
+        return paces
 
     def _all_at_once(self) -> float:
         """How much slower a rank computes with every rank of the world computing at once on shared cores (1
@@ -246,7 +270,8 @@ class OpCosts:
         if phase is None:
             return self.handling(op)
         points = self.topology.gather_short if self._sharded_gather(op) else None  # ZeRO-3's own, where measured
-        return self.topology.collective_wake(phase, op.algo, points) + self.later_steps(op, phase) + self.handling(op)
+        pace = self.paces.get((pi, op.id), phase)
+        return self.topology.collective_wake(pace, op.algo, points) + self.later_steps(op, phase) + self.handling(op)
 
     def later_steps(self, op: Collective, phase: float) -> float:
         """What a ring collective's steps after its first pay beyond their price when it comes after ``phase``

@@ -9,11 +9,13 @@ the two in blocks of ``--block`` calls each (tensor parallelism's forward and ba
 of 16). Printed per launch: each loop's mean compute and mean call, the mixed loops' split by the compute each
 call follows. If the calls of a mixed loop cost alike after either compute, and between the pure loops', a
 call's wake is set by the rank's pace, and the simulator reads it at the mean compute of a program's calls
-(``OpCosts._paced``); if each costs as in its pure loop, by the compute before it.
+(``OpCosts._paces``); if each costs as in its pure loop, by the compute before it.
 
-On the 2-core development VM (2026-11-29, 20:1x): five launches of the alternated loop read 1.23/1.24,
-1.26/1.30, 1.29/1.20, 1.10/1.31 and 1.34/1.48 ms after the short/long compute (either side by turns) where
-the pure loops read 1.08-1.26 and 1.27-1.73 ms (docs/calibration.md, "A call's wake follows the rank's pace").
+On the 2-core development VM (2026-11-29, 20:1x-20:2x): eight launches of the alternated loop read 1.23/1.24,
+1.26/1.30, 1.29/1.20, 1.10/1.31, 1.34/1.48, 1.52/1.54, 1.42/1.63 and 1.23/1.33 ms after the short/long compute
+(0.10 ms cheaper to 0.21 dearer after the long, mean 0.08) where the pure loops read 1.08-1.36 and 1.27-1.73 ms
+(0.08-0.47 apart, mean 0.33); in blocks of 16 the calls kept 0.07-0.45 ms apart, so the pace runs over a few
+calls (docs/calibration.md, "A call's wake follows the rank's pace").
 """
 
 from __future__ import annotations

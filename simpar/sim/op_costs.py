@@ -113,9 +113,9 @@ class OpCosts:
         and a 0.67-0.74 ms compute, each before every call, cost 0.08-0.47 ms apart a call (mean 0.33); the two
         alternated, their calls 0.10 ms cheaper to 0.21 dearer after the longer (mean 0.08). tp's calls cost
         1.24-1.27 ms after pieces of 0.21-0.45 ms that, each read at its own, priced them 0.94-1.44. Blocks of 16
-        calls after each compute kept 0.07-0.45 ms apart: the pace runs over fewer calls than a step where the
-        computes differ that much (benchmarks/call_pace.py; docs/calibration.md, "A call's wake follows the
-        rank's pace")."""
+        calls after each compute kept 0.07-0.45 ms apart, and tp's backward calls cost 0.07-0.21 ms more than its
+        forward ones: the pace runs over a few calls, and the program's mean is its average over a step
+        (benchmarks/call_pace.py; docs/calibration.md, "A call's wake follows the rank's pace")."""
         paces: dict = {}
         if not self.topology.wake_short:
             return paces

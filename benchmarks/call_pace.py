@@ -45,21 +45,22 @@ def pace_worker(ctx, rounds: int, reps: int, block: int) -> dict:
     kinds = {"short": lambda i: "short", "long": lambda i: "long",
              "alternated": lambda i: ("short", "long")[i % 2],
              "blocks": lambda i: ("short", "long")[(i // block) % 2]}
+    def compute(name: str) -> None:
+        times, batch = computes[name]
+        for _ in range(times):
+            forwards[batch]()
+
     for i in range(20):  # warm up
         for kind in kinds.values():
-            times, batch = computes[kind(i)]
-            for _ in range(times):
-                forwards[batch]()
+            compute(kind(i))
             comm.ring_all_reduce(flat, group)
     out: dict = {loop: [] for loop in kinds}
     for _ in range(rounds):
         for loop, kind in kinds.items():
             for i in range(reps):
                 name = kind(i)
-                times, batch = computes[name]
                 start = time.perf_counter()
-                for _ in range(times):
-                    forwards[batch]()
+                compute(name)
                 called = time.perf_counter()
                 comm.ring_all_reduce(flat, group)
                 out[loop].append((name, called - start, time.perf_counter() - called))

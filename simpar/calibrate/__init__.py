@@ -29,7 +29,7 @@ from simpar.calibrate.series import (SERIES, SERIES_SECONDS, series_first, serie
                                     series_positions, series_wake, series_worker)
 from simpar.calibrate.tail import fit_tail, position_means, tail_worker
 from simpar.calibrate.tp_bench import fit_tp_pieces, tp_piece_worker
-from simpar.real import awake, host_speed
+from simpar.real import awake, gloo_threads, host_speed
 from simpar.real.launch import launch
 from simpar.spread import spread_of
 
@@ -250,9 +250,10 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
         _, seconds_per_param = fit_line([s["params"] for s in rows], [s["seconds"] for s in rows])
         rates[name] = 1.0 / seconds_per_param if seconds_per_param else 1e10
     _, seconds_per_byte = fit_line([c["bytes"] for c in host["copies"]], [c["seconds"] for c in host["copies"]])
-    # whether the ranks ran beside the spinners that keep the cores awake (real/awake.py): the calls are
-    # priced as measured, so a run taken the other way is priced with costs it did not have
-    machine = {**machine_id(), "kept_awake": awake.enabled()}
+    # whether the ranks ran beside the spinners that keep the cores awake (real/awake.py), and with gloo's
+    # transport threads at SCHED_BATCH (real/gloo_threads.py): the calls are priced as measured, so a run
+    # taken the other way is priced with costs it did not have
+    machine = {**machine_id(), "kept_awake": awake.enabled(), "gloo_batch": gloo_threads.enabled()}
     profile = HardwareProfile(machine=machine, compute={precision: compute}, slowdown=slowdown, ring=ring,
                               wake=wake, wake_curve=curve, wake_phase=phase, handoff=handoff, send_issue=issue,
                               late_recv=late, send_issue_spread=issue_spread,

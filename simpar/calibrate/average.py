@@ -107,6 +107,9 @@ def average_profiles(profiles: list[HardwareProfile], paths: list[str], common: 
         if profile.machine.get("kept_awake", False) != profiles[0].machine.get("kept_awake", False):
             raise SimparError(f"--average: {path} and {paths[0]} were calibrated one with the cores kept awake, "
                               f"one without (SIMPAR_KEEP_AWAKE): their calls cost different things")
+        if profile.machine.get("gloo_batch", False) != profiles[0].machine.get("gloo_batch", False):
+            raise SimparError(f"--average: {path} and {paths[0]} were calibrated one with gloo's transport threads "
+                              f"at SCHED_BATCH, one without (SIMPAR_GLOO_BATCH): their calls cost different things")
     fields = {name: _merge(name, _measured(profiles, name), name, common) for name in _AVERAGED}
     samples = {"averaged_from": list(paths), "each": [p.samples for p in profiles]}
     shared = [p.samples.get("shared", {}) for p in profiles]

@@ -180,15 +180,19 @@ class HardwareProfile:
 
     def awake_mismatch(self) -> str:
         """A warning when this profile's ranks ran with the cores kept awake (real/awake.py) and runs now
-        would not, or the other way round (profiles from before the spinners: without); else ''."""
-        from simpar.real.awake import ENV, enabled
+        would not, or the other way round (profiles from before the spinners: without); the same for gloo's
+        transport threads at SCHED_BATCH (real/gloo_threads.py; profiles from before: without); else ''."""
+        from simpar.real import awake, gloo_threads
 
-        calibrated = bool(self.machine.get("kept_awake", False))
-        if calibrated == enabled():
-            return ""
-        how = lambda kept: "with the cores kept awake" if kept else "without the cores kept awake"  # noqa: E731
-        return (f"this profile was calibrated {how(calibrated)}, the ranks now run {how(enabled())} ({ENV}): "
-                f"their calls cost different things; recalibrate (simpar calibrate) the way the runs are taken")
+        for key, now, setting, env in (("kept_awake", awake.enabled(), "the cores kept awake", awake.ENV),
+                                       ("gloo_batch", gloo_threads.enabled(),
+                                        "gloo's transport threads at SCHED_BATCH", gloo_threads.ENV)):
+            calibrated = bool(self.machine.get(key, False))
+            if calibrated != now:
+                then_how, now_how = (("with " if on else "without ") + setting for on in (calibrated, now))
+                return (f"this profile was calibrated {then_how}, the ranks now run {now_how} ({env}): their calls "
+                        f"cost different things; recalibrate (simpar calibrate) the way the runs are taken")
+        return ""
 
     # -- interpolation by world size ------------------------------------------------------------
     @staticmethod

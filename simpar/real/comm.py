@@ -16,6 +16,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from simpar.real.gloo_threads import batch_loop_threads
+
 
 class CountingComm:
     """Point-to-point traffic of one rank, with the byte counters the executor reports."""
@@ -123,6 +125,7 @@ class NativeComm(CountingComm):
         self.sent = self.received = None
         # every rank creates every group, in the same order, as torch.distributed requires
         self._groups = {g: dist.new_group(list(g)) for g in groups}
+        batch_loop_threads()  # each gloo group made its own transport thread (gloo_threads.py)
 
     def _exchange(self, send, dst, recv, src) -> None:
         if send is not None and send.numel():

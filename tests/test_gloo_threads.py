@@ -1,48 +1,86 @@
-"""gloo's transport threads run at SCHED_BATCH in every rank simpar launches (simpar/real/gloo_threads.py), in
-the groups the native collectives make too, unless SIMPAR_GLOO_BATCH=0; profiles say how they were taken."""
+"""gloo's transport threads run at SCHED_BATCH inside the executor's collectives and nowhere else
+(simpar/real/gloo_threads.py), in the groups the native collectives make too, unless SIMPAR_GLOO_BATCH=0;
+profiles say how they were taken."""
 
 import os
 
 import pytest
+import torch
 import torch.distributed as dist
 
 from simpar.calibrate.average import average_profiles
 from simpar.calibrate.profile import HardwareProfile
 from simpar.errors import SimparError
 from simpar.real import gloo_threads
-from simpar.real.comm import NativeComm
+from simpar.real.comm import CountingComm, NativeComm
 from simpar.real.launch import launch
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="scheduling policies are Linux's")
 
 
-def _policies(ctx) -> list[int]:
+def _policies() -> list[int]:
     return [os.sched_getscheduler(tid) for tid in gloo_threads.loop_threads()]
 
 
-def _policies_with_groups(ctx) -> list[int]:
-    NativeComm(ctx.rank, [(0, 1)])  # a new gloo group: its own transport thread
-    return _policies(ctx)
+def _seen_in_calls(ctx, native: bool = False) -> dict:
+    """The transport threads' policies inside each receive a ring all-reduce (a reduce-scatter, then an
+    all-gather) and a pipeline receive make, and before and after them."""
+    comm = NativeComm(ctx.rank, [(0, 1)]) if native else CountingComm(ctx.rank)
+    seen, receive, reduce = {"inside": []}, dist.recv, dist.all_reduce
+
+    def recording_recv(*args, **kwargs):
+        seen["inside"].append(_policies())
+        return receive(*args, **kwargs)
+
+    def recording_all_reduce(*args, **kwargs):
+        seen["inside"].append(_policies())
+        return reduce(*args, **kwargs)
+
+    dist.recv, dist.all_reduce = recording_recv, recording_all_reduce
+    try:
+        seen["before"] = _policies()
+        comm.ring_all_reduce(torch.ones(8), [0, 1])
+        seen["after"], seen["inside"] = _policies(), list(seen["inside"])
+        peer = 1 - ctx.rank
+        if ctx.rank == 0:  # a pipeline's send and receive: not a collective
+            comm.isend(torch.ones(4), peer).wait()
+        else:
+            inside, message = seen["inside"], torch.empty(4)
+            seen["inside"] = []
+            comm.recv(message, peer)
+            seen["pipeline"], seen["inside"] = seen["inside"], inside
+    finally:
+        dist.recv, dist.all_reduce = receive, reduce
+    return seen
 
 
-def test_launched_ranks_run_gloos_transport_threads_at_batch_policy(monkeypatch):
+def _seen_native(ctx) -> dict:
+    return _seen_in_calls(ctx, native=True)
+
+
+def test_a_collective_runs_with_gloos_transport_threads_at_batch_policy_and_nothing_else(monkeypatch):
     monkeypatch.delenv(gloo_threads.ENV, raising=False)
-    seen = launch(_policies, 2, timeout=60)
-    assert seen == [[os.SCHED_BATCH]] * 2  # one transport thread per process group, set
-    with_groups = launch(_policies_with_groups, 2, timeout=60)
-    assert all(len(policies) == 2 and set(policies) == {os.SCHED_BATCH} for policies in with_groups)
+    for seen in launch(_seen_in_calls, 2, timeout=60):
+        assert seen["before"] == seen["after"] == [os.SCHED_OTHER]  # one transport thread, ordinary outside
+        assert seen["inside"] and all(policies == [os.SCHED_BATCH] for policies in seen["inside"])
+        assert seen.get("pipeline", [[os.SCHED_OTHER]]) == [[os.SCHED_OTHER]]  # rank 1's receive
+    for seen in launch(_seen_native, 2, timeout=60):  # the group native collectives make has its own thread
+        assert seen["inside"] and all(policies == [os.SCHED_BATCH] * 2 for policies in seen["inside"])
+        assert seen["after"] == [os.SCHED_OTHER] * 2
 
 
 def test_the_threads_are_left_as_gloo_made_them_when_told(monkeypatch):
     monkeypatch.setenv(gloo_threads.ENV, "0")  # the spawned ranks inherit the environment
     assert not gloo_threads.enabled()
-    assert launch(_policies, 2, timeout=60) == [[os.SCHED_OTHER]] * 2
+    for seen in launch(_seen_in_calls, 2, timeout=60):
+        assert seen["inside"] and all(policies == [os.SCHED_OTHER] for policies in seen["inside"])
 
 
 def test_nothing_is_set_outside_a_gloo_group(monkeypatch):
     monkeypatch.delenv(gloo_threads.ENV, raising=False)
     assert not dist.is_initialized()
-    assert gloo_threads.loop_threads() == [] and gloo_threads.batch_loop_threads() == 0
+    assert gloo_threads.loop_threads() == [] and gloo_threads.refresh() == []
+    assert gloo_threads.in_batch(lambda x: x + 1)(1) == 2  # runs the call, sets nothing
 
 
 def _profile(gloo_batch: bool | None) -> HardwareProfile:

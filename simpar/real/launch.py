@@ -10,8 +10,8 @@ child is killed and reaped, and the error names the rank and the op it was in. A
 between choosing and binding it is retried on another. Ctrl-C, SIGTERM and SIGHUP (raised as
 exceptions by the CLI) tear the children down too, and a rank dies with simpar if simpar is killed.
 Gloo ranks run beside one idle-priority spinner per core, which keeps an idle core from halting and
-waking a blocked receive a 4 ms tick late (awake.py), and with gloo's transport thread at SCHED_BATCH, so it
-does not preempt the rank it serves and spin (gloo_threads.py).
+waking a blocked receive a 4 ms tick late (awake.py); inside a collective gloo's transport thread runs at
+SCHED_BATCH, so it does not preempt the rank it serves and spin (gloo_threads.py).
 """
 
 from __future__ import annotations
@@ -36,7 +36,6 @@ import torch.multiprocessing as mp
 from simpar.errors import SimparError
 from simpar.real.allocator import keep_freed_memory
 from simpar.real.awake import cores_kept_awake
-from simpar.real.gloo_threads import batch_loop_threads
 
 _OP_CHARS = 160
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
@@ -124,7 +123,6 @@ def _entry(rank, world, port, backend, timeout, worker, args, results, ops, step
             torch.cuda.set_device(rank % torch.cuda.device_count())
         ctx._set("init_process_group")
         dist.init_process_group(backend, rank=rank, world_size=world, timeout=timedelta(seconds=timeout))
-        batch_loop_threads()  # gloo's transport thread must not preempt this one (gloo_threads.py)
         ctx._set("")
         results.put((rank, "ok", _portable(worker(ctx, *args), torch.Tensor, lambda t: t.detach().cpu().numpy())))
     except BaseException as exc:  # report everything, including SystemExit from the worker

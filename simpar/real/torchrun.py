@@ -25,7 +25,6 @@ from simpar.errors import SimparError
 from simpar.real.allocator import keep_freed_memory
 from simpar.real.compare import real_json
 from simpar.real.executor import check_supported, run_rank
-from simpar.real.gloo_threads import batch_loop_threads
 from simpar.real.launch import _OP_CHARS, RankContext
 
 
@@ -43,7 +42,6 @@ def main(argv: list[str] | None = None) -> int:
     if backend == "nccl":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     dist.init_process_group(backend, rank=rank, world_size=world, timeout=timedelta(seconds=timeout))
-    batch_loop_threads()  # as every rank simpar launches itself (gloo_threads.py)
     try:
         ctx = RankContext(rank, world, backend, bytearray(_OP_CHARS * world))
         mine = run_rank(ctx, scenario, steps, seed, collectives)

@@ -16,12 +16,25 @@ def test_collective_costs_fit_a_wake_a_step_latency_and_a_bandwidth():
              "seconds": (1.2e-3 if op == "allgather" else 0.4e-3) + m * k * (300e-6 + b / 2e9)}
             for op, steps in (("allgather", (1, 2)), ("handoff", (1,))) for m in (1, 4) for k in steps
             for b in (2e3, 1.3e5, 1e6)]
-    assert fit_collective_costs(rows) == pytest.approx((1.2e-3, 0.4e-3, 300e-6, 2e9))
-    collectives = [r for r in rows if r["op"] != "handoff"]  # no handoff measured: its wake is 0
-    assert fit_collective_costs(collectives) == pytest.approx((1.2e-3, 0.0, 300e-6, 2e9))
+    assert fit_collective_costs(rows) == pytest.approx((1.2e-3, 0.4e-3, 300e-6, 2e9, 300e-6))
+    collectives = [r for r in rows if r["op"] != "handoff"]  # no handoff measured: its wake is 0, its step the ring's
+    assert fit_collective_costs(collectives) == pytest.approx((1.2e-3, 0.0, 300e-6, 2e9, 300e-6))
     below = [dict(r, seconds=r["seconds"] - 1.5e-3) for r in collectives]  # an intercept below zero: fixed at 0
-    wake, handoff, alpha, bandwidth = fit_collective_costs(below)
+    wake, handoff, alpha, bandwidth, _ = fit_collective_costs(below)
     assert wake == 0.0 == handoff and alpha > 0 and bandwidth > 0
+
+
+def test_a_handoffs_step_latency_is_its_own_and_leaves_the_rings_alone():
+    """Handoffs whose steps cost more than a ring step (gloo's thread preempting around a pipeline's send, not
+    inside a collective): their own step latency, their wake unmoved, the ring's terms as without them."""
+    from simpar.calibrate.fits import fit_collective_costs
+
+    rows = [{"op": op, "calls": m, "steps": k, "step_bytes": b,
+             "seconds": (1.2e-3 if op == "allgather" else 0.4e-3)
+             + m * k * ((300e-6 if op == "allgather" else 700e-6) + b / 2e9)}
+            for op, steps in (("allgather", (1, 2)), ("handoff", (1,))) for m in (1, 4) for k in steps
+            for b in (2e3, 1.3e5, 1e6)]
+    assert fit_collective_costs(rows) == pytest.approx((1.2e-3, 0.4e-3, 300e-6, 2e9, 700e-6))
 
 
 def test_a_measured_wake_is_taken_as_given_and_the_steps_fitted_around_it():
@@ -29,8 +42,8 @@ def test_a_measured_wake_is_taken_as_given_and_the_steps_fitted_around_it():
 
     rows = [{"op": "allgather", "calls": m, "steps": k, "step_bytes": b,
              "seconds": 0.2e-3 + m * k * (300e-6 + b / 2e9)} for m in (1, 4) for k in (1, 2) for b in (2e3, 1e6)]
-    assert fit_collective_costs(rows, wake=0.2e-3) == pytest.approx((0.2e-3, 0.0, 300e-6, 2e9))
-    wake, _, alpha, _ = fit_collective_costs(rows, wake=0.0)  # told none: the steps take what the wake was
+    assert fit_collective_costs(rows, wake=0.2e-3) == pytest.approx((0.2e-3, 0.0, 300e-6, 2e9, 300e-6))
+    wake, _, alpha, _, _ = fit_collective_costs(rows, wake=0.0)  # told none: the steps take what the wake was
     assert wake == 0.0 and alpha > 300e-6
 
 
@@ -352,3 +365,13 @@ def test_the_attention_score_term_prices_the_same_on_the_fast_path():
         full = simulate(scenario, topology=profile.topology(2, "fp32"), replay=False)
         assert simulate(scenario, topology=profile.topology(2, "fp32"), fast=True).step_time_s == pytest.approx(
             full.step_time_s, rel=1e-9)
+
+
+def test_a_pipeline_send_takes_the_handoffs_own_step_latency_where_measured():
+    from simpar.real.cpu_profile import cpu_topology
+
+    topology = cpu_topology(2, cores=2)
+    topology.step_latency_by_ranks, topology.handoff_by_ranks = {2: 1e-4, 4: 2e-4}, {2: 5e-4, 4: 6e-4}
+    assert topology.send_costs(2) == (5e-4, 1e-4)  # an older profile: the ring step's
+    topology.handoff_step_by_ranks = {2: 7e-4, 4: 9e-4}
+    assert topology.send_costs(2) == (5e-4, 7e-4) and topology.send_costs(4) == (6e-4, 9e-4)

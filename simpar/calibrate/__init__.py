@@ -127,6 +127,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
     passes = [compute_pass(precision, repeats, timeout)]
     host = launch(host_worker, 1, (OPTIMIZER_PARAMS, repeats), timeout=timeout)[0]
     slowdown, ring, wake, handoff, resume, resume_after_recv, shared = {"1": 1.0}, {}, {}, {}, {}, {}, {}
+    handoff_step: dict[str, float] = {}
     curve, ps_curve, phase, unit_alone, issue, worker_server, short_wake, late = {}, {}, {}, {}, {}, {}, {}, {}
     later_calls, last_calls, series_calls, resume_short, resume_tail, later = {}, {}, {}, {}, {}, {}
     issue_spread = {}
@@ -176,12 +177,13 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
         issued = [t for r in ranks for t in r["pattern"]["issued"]]
         issue[str(world)], issue_spread[str(world)] = statistics.fmean(issued), spread_of(issued)
         ring_rows = [row for row in rows if row["op"] != "psreduce"]
-        wake[str(world)], handoff[str(world)], step_alpha, bandwidth = fit_collective_costs(ring_rows, measured_wake)
+        wake[str(world)], handoff[str(world)], step_alpha, bandwidth, handoff_step[str(world)] = \
+            fit_collective_costs(ring_rows, measured_wake)
         # the Worker-Server all-reduce on its own: its first call's wake, and each one-way leg as the server
         # takes them in turn (at 4 ranks on 2 cores 2.5 ms a call at 4 KiB, where legs priced as half a ring
         # step, 1.8 ms each, came to 7.2 ms: a leg wakes two ranks, a ring step waits for all four)
         ps_wake = series_wake([r["pattern"]["series_ps"] for r in ranks])
-        _, _, leg, leg_rate = fit_collective_costs([row for row in rows if row["op"] == "psreduce"], ps_wake)
+        _, _, leg, leg_rate, _ = fit_collective_costs([row for row in rows if row["op"] == "psreduce"], ps_wake)
         worker_server[str(world)] = [ps_wake, leg, leg_rate]
         ring[str(world)] = [step_alpha, bandwidth]
         # the fifth and later calls of a series after computing (the executor's own ZeRO-3 gathers), per ring
@@ -255,7 +257,8 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
     # taken the other way is priced with costs it did not have
     machine = {**machine_id(), "kept_awake": awake.enabled(), "gloo_batch": gloo_threads.enabled()}
     profile = HardwareProfile(machine=machine, compute={precision: compute}, slowdown=slowdown, ring=ring,
-                              wake=wake, wake_curve=curve, wake_phase=phase, handoff=handoff, send_issue=issue,
+                              wake=wake, wake_curve=curve, wake_phase=phase, handoff=handoff, handoff_step=handoff_step,
+                              send_issue=issue,
                               late_recv=late, send_issue_spread=issue_spread,
                               worker_server=worker_server, worker_server_curve=ps_curve, wake_short=short_wake,
                               short_size=SHORT_SIZE,

@@ -42,7 +42,7 @@ from simpar.topologies.graph import Topology
 if TYPE_CHECKING:
     from simpar.calibrate.gpu_profile import GPUProfile
 
-VERSION = 18
+VERSION = 19  # 19: collectives measured with gloo's transport threads at SCHED_BATCH (real/gloo_threads.py)
 PHASE_SIZE = 2**18  # bytes of the all-reduce after the calibration's long computes (phase_worker)
 # ... and after its short ones: a tensor-parallel activation's size (tiny-deep's at micro-batch 2), where the
 # bytes cost a few microseconds and the fitted bandwidth's error cannot leak into ``wake_short`` (see there)
@@ -67,6 +67,9 @@ class HardwareProfile:
     wake: dict[str, float] = field(default_factory=dict)  # world -> seconds the first call after computing pays
     resume: dict[str, float] = field(default_factory=dict)  # world -> seconds the first compute after a call pays
     handoff: dict[str, float] = field(default_factory=dict)  # world -> seconds a pipeline send after computing pays
+    # world -> a pipeline send's step latency, fitted on the handoffs alone (fits.fit_collective_costs); empty in
+    # older profiles: the ring step's
+    handoff_step: dict[str, float] = field(default_factory=dict)
     # world -> seconds a pipeline send's isend holds its sender right after computing (pattern_worker's handoffs)
     send_issue: dict[str, float] = field(default_factory=dict)
     # world -> seconds a pipeline receive posted after its send takes beyond its bytes (late_worker: gloo moves
@@ -313,6 +316,7 @@ class HardwareProfile:
         topology.core_slowdown = {int(k): float(v) for k, v in self.slowdown.items()}
         topology.step_latency_by_ranks = {int(k): float(v[0]) for k, v in self.ring.items()}
         topology.handoff_by_ranks = {int(k): float(v) for k, v in self.handoff.items()} or None
+        topology.handoff_step_by_ranks = {int(k): float(v) for k, v in self.handoff_step.items()} or None
         topology.send_issue_by_ranks = {int(k): float(v) for k, v in self.send_issue.items()} or None
         topology.late_recv_by_ranks = {int(k): float(v) for k, v in self.late_recv.items()} or None
         topology.send_issue_spread = {int(k): list(v) for k, v in self.send_issue_spread.items() if v} or None

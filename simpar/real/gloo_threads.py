@@ -14,7 +14,7 @@ still preempts an idle-priority spinner (awake.py) at once, but no longer the th
 Only for the span of a collective (``in_batch`` on the comm's ring and Worker-Server methods): a pipeline's
 ``isend`` leaves the loop thread to write the data once the receiver posts, while its rank computes on, and
 there the thread must preempt (the whole run at SCHED_BATCH slowed tiny-deep's pp at 2 ranks from 32 to 35-38 ms
-a step, its receives after a send 1.0-1.8 -> 2.9-3.2 ms). Launches in pairs at 2 ranks, ordinary, then batch
+a step, its receives after a send 1.0-1.8 -> 2.9-3.6 ms). Launches in pairs at 2 ranks, ordinary, then batch
 for the whole run, then batch inside collectives (medians of a launch's steps, ms): ZeRO-3 92.3-93.0 /
 58.7-61.4 / 54.3-60.5, tp 54.9-55.4 / 26.0-30.1 / 27.4-31.0, DDP 16.3-16.8 / 15.8-16.6 / 15.7-17.3, pp 31.7-31.8
 / 34.7-35.8 / 35.7-36.3 (that last with the pipeline's sends and receives inside the span too). Batch for the

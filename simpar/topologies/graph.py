@@ -126,6 +126,7 @@ class Topology:
         # waits for a core as long as the ranks computing or calling at that moment make it wait
         self.step_latency_by_ranks: dict[int, float] | None = None
         self.handoff_by_ranks: dict[int, float] | None = None
+        self.handoff_step_by_ranks: dict[int, float] | None = None  # a send's own step latency, where measured
         # seconds a pipeline send's isend holds its sender (it wakes threads that may take its core), by ranks
         # runnable as the tables above (a calibrated profile's send_issue; None elsewhere: a send is free)
         self.send_issue_by_ranks: dict[int, float] | None = None
@@ -271,11 +272,12 @@ class Topology:
 
     def send_costs(self, runnable: int) -> tuple[float, float] | None:
         """(handoff wake, step latency) of a pipeline send while ``runnable`` ranks compute or call, from
-        the tables measured by world size (interpolated, held at the ends); None without the tables."""
+        the tables measured by world size (interpolated, held at the ends; the step latency the handoffs' own
+        where measured, else the ring step's); None without the tables."""
         if not self.step_latency_by_ranks:
             return None
         wake = _by_ranks(self.handoff_by_ranks, runnable) if self.handoff_by_ranks else self.handoff_latency
-        return wake, _by_ranks(self.step_latency_by_ranks, runnable)
+        return wake, _by_ranks(self.handoff_step_by_ranks or self.step_latency_by_ranks, runnable)
 
     def send_issue(self, runnable: int, draw: float | None = None) -> float:
         """Seconds a pipeline send holds its sender while ``runnable`` ranks compute or call (0 without the table):

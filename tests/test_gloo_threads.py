@@ -84,7 +84,8 @@ def test_nothing_is_set_outside_a_gloo_group(monkeypatch):
 
 
 def _profile(gloo_batch: bool | None) -> HardwareProfile:
-    machine = {"host": "vm", "cores": 2, "kept_awake": True} | ({} if gloo_batch is None else {"gloo_batch": gloo_batch})
+    machine = ({"host": "vm", "cores": 2, "kept_awake": True}
+               | ({} if gloo_batch is None else {"gloo_batch": gloo_batch}))
     return HardwareProfile(machine=machine, compute={"fp32": {"fwd": [1e-4] * 3 + [1e10], "bwd": [2e-4] * 3 + [1e10]}},
                            slowdown={"1": 1.0, "2": 1.2}, ring={"2": [1e-3, 1e9]},
                            optimizer_params_per_s={"adam": 1e8}, copy_bytes_per_s=1e10)

@@ -100,7 +100,7 @@ def test_gloo_ranks_run_beside_the_spinners_and_leave_none(monkeypatch):
     assert _spinners_of(os.getpid()) == set()
 
 
-def _profile(kept_awake: bool | None, gloo_batch: bool | None = True) -> HardwareProfile:
+def _profile(kept_awake: bool | None, gloo_batch: bool | None = False) -> HardwareProfile:
     machine = ({"host": "vm", "cores": 2} | ({} if kept_awake is None else {"kept_awake": kept_awake})
                | ({} if gloo_batch is None else {"gloo_batch": gloo_batch}))
     return HardwareProfile(machine=machine, compute={"fp32": {"fwd": [1e-4] * 3 + [1e10], "bwd": [2e-4] * 3 + [1e10]}},

@@ -1,6 +1,6 @@
-"""gloo's transport threads run at SCHED_BATCH inside the executor's collectives and nowhere else
-(simpar/real/gloo_threads.py), in the groups the native collectives make too, unless SIMPAR_GLOO_BATCH=0;
-profiles say how they were taken."""
+"""With SIMPAR_GLOO_BATCH=1 gloo's transport threads run at SCHED_BATCH inside the executor's collectives and
+nowhere else (simpar/real/gloo_threads.py), in the groups the native collectives make too; by default they are
+left as gloo made them; profiles say how they were taken."""
 
 import os
 
@@ -59,7 +59,7 @@ def _seen_native(ctx) -> dict:
 
 
 def test_a_collective_runs_with_gloos_transport_threads_at_batch_policy_and_nothing_else(monkeypatch):
-    monkeypatch.delenv(gloo_threads.ENV, raising=False)
+    monkeypatch.setenv(gloo_threads.ENV, "1")  # the spawned ranks inherit the environment
     for seen in launch(_seen_in_calls, 2, timeout=60):
         assert seen["before"] == seen["after"] == [os.SCHED_OTHER]  # one transport thread, ordinary outside
         assert seen["inside"] and all(policies == [os.SCHED_BATCH] for policies in seen["inside"])
@@ -69,15 +69,15 @@ def test_a_collective_runs_with_gloos_transport_threads_at_batch_policy_and_noth
         assert seen["after"] == [os.SCHED_OTHER] * 2
 
 
-def test_the_threads_are_left_as_gloo_made_them_when_told(monkeypatch):
-    monkeypatch.setenv(gloo_threads.ENV, "0")  # the spawned ranks inherit the environment
+def test_the_threads_are_left_as_gloo_made_them_by_default(monkeypatch):
+    monkeypatch.delenv(gloo_threads.ENV, raising=False)
     assert not gloo_threads.enabled()
     for seen in launch(_seen_in_calls, 2, timeout=60):
         assert seen["inside"] and all(policies == [os.SCHED_OTHER] for policies in seen["inside"])
 
 
 def test_nothing_is_set_outside_a_gloo_group(monkeypatch):
-    monkeypatch.delenv(gloo_threads.ENV, raising=False)
+    monkeypatch.setenv(gloo_threads.ENV, "1")
     assert not dist.is_initialized()
     assert gloo_threads.loop_threads() == [] and gloo_threads.refresh() == []
     assert gloo_threads.in_batch(lambda x: x + 1)(1) == 2  # runs the call, sets nothing
@@ -95,13 +95,13 @@ def test_a_profile_taken_with_the_threads_the_other_way_is_named_and_not_average
     from simpar.real import awake
 
     monkeypatch.delenv(awake.ENV, raising=False)
-    monkeypatch.delenv(gloo_threads.ENV, raising=False)
+    monkeypatch.setenv(gloo_threads.ENV, "1")
     assert _profile(True).awake_mismatch() == ""
     for older in (_profile(False), _profile(None)):  # a profile from before: its calls paid the spin
         assert ("calibrated without gloo's transport threads at SCHED_BATCH, the ranks now run with"
                 in older.awake_mismatch())
-    monkeypatch.setenv(gloo_threads.ENV, "0")
-    assert _profile(None).awake_mismatch() == ""
+    monkeypatch.delenv(gloo_threads.ENV)  # the default: the threads as gloo made them
+    assert _profile(None).awake_mismatch() == "" == _profile(False).awake_mismatch()
     assert "SIMPAR_GLOO_BATCH" in _profile(True).awake_mismatch()
     with pytest.raises(SimparError, match="--average: b.json and a.json were calibrated one with gloo's transport "
                                           "threads at SCHED_BATCH, one without"):

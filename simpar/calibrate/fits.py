@@ -114,10 +114,11 @@ def fit_collective_costs(rows: list[dict], wake: float | None = None) -> tuple[f
     ``steps`` ring steps in a row, or ``calls`` pipeline handoffs of one step each) fitted to ``rows`` by least
     squares: the collectives' wake, step latency and bandwidth on their own rows, then the handoffs' wake and step
     latency on theirs at that bandwidth. A collective's first call waits for the slowest of its whole group to
-    finish computing, a handoff for one neighbour; and a handoff's step is not a ring step's: inside a collective
-    gloo's transport thread runs at SCHED_BATCH, around a pipeline's send and receive it does not
-    (real/gloo_threads.py), and fitted as one, the collectives' cheaper steps put a pipeline send's extra into
-    its wake (at 2 ranks 0.99-1.63 ms against 0.0-0.21 before the threads were set). A collective ``wake``
+    finish computing, a handoff for one neighbour; and a handoff's step need not be a ring step's: with
+    ``SIMPAR_GLOO_BATCH=1`` gloo's transport thread runs at SCHED_BATCH inside a collective, not around a
+    pipeline's send and receive (real/gloo_threads.py), and fitted as one, the collectives' cheaper steps put a
+    pipeline send's extra into its wake (at 2 ranks 0.99-1.63 ms against 0.0-0.21 with the threads as gloo
+    made them). A collective ``wake``
     measured apart (``series_wake``) is taken as given instead of fitted. A term that fits below zero (noise) is
     fixed at zero and the others refitted; without handoff rows the handoff's wake is 0 and its step the ring's."""
     collectives = [r for r in rows if r["op"] != "handoff"]

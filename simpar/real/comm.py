@@ -8,8 +8,9 @@ chunk (i-k-1) mod n to rank i+1; in all-gather step k it sends chunk (i-k) mod n
 Worker-Server uses the group's first rank as the server (no dedicated server process).
 
 Sends in a ring step are posted non-blocking before the matching receive, so no step can
-deadlock whatever the world size. A collective runs with gloo's transport threads at SCHED_BATCH, so they
-do not preempt the rank they serve and spin (gloo_threads.py); a pipeline's sends and receives do not.
+deadlock whatever the world size. With ``SIMPAR_GLOO_BATCH=1`` a collective runs with gloo's transport
+threads at SCHED_BATCH, so they do not preempt the rank they serve and spin (gloo_threads.py); a pipeline's
+sends and receives do not.
 """
 
 from __future__ import annotations

@@ -26,7 +26,8 @@ def test_collective_costs_fit_a_wake_a_step_latency_and_a_bandwidth():
 
 def test_a_handoffs_step_latency_is_its_own_and_leaves_the_rings_alone():
     """Handoffs whose steps cost more than a ring step (gloo's thread preempting around a pipeline's send, not
-    inside a collective): their own step latency, their wake unmoved, the ring's terms as without them."""
+    inside a collective, with SIMPAR_GLOO_BATCH=1): their own step latency, their wake unmoved, the ring's terms
+    as without them; fitted as one (the default) the ring's step takes some of theirs."""
     from simpar.calibrate.fits import fit_collective_costs
 
     rows = [{"op": op, "calls": m, "steps": k, "step_bytes": b,
@@ -34,7 +35,9 @@ def test_a_handoffs_step_latency_is_its_own_and_leaves_the_rings_alone():
              + m * k * ((300e-6 if op == "allgather" else 700e-6) + b / 2e9)}
             for op, steps in (("allgather", (1, 2)), ("handoff", (1,))) for m in (1, 4) for k in steps
             for b in (2e3, 1.3e5, 1e6)]
-    assert fit_collective_costs(rows) == pytest.approx((1.2e-3, 0.4e-3, 300e-6, 2e9, 700e-6))
+    assert fit_collective_costs(rows, own_handoff_step=True) == pytest.approx((1.2e-3, 0.4e-3, 300e-6, 2e9, 700e-6))
+    wake, handoff, alpha, _, handoff_step = fit_collective_costs(rows)
+    assert alpha == handoff_step and 300e-6 < alpha < 700e-6
 
 
 def test_a_measured_wake_is_taken_as_given_and_the_steps_fitted_around_it():

@@ -177,8 +177,9 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
         issued = [t for r in ranks for t in r["pattern"]["issued"]]
         issue[str(world)], issue_spread[str(world)] = statistics.fmean(issued), spread_of(issued)
         ring_rows = [row for row in rows if row["op"] != "psreduce"]
+        # (a handoff's step its own where collectives run with gloo's thread at SCHED_BATCH and sends do not)
         wake[str(world)], handoff[str(world)], step_alpha, bandwidth, handoff_step[str(world)] = \
-            fit_collective_costs(ring_rows, measured_wake)
+            fit_collective_costs(ring_rows, measured_wake, own_handoff_step=gloo_threads.enabled())
         # the Worker-Server all-reduce on its own: its first call's wake, and each one-way leg as the server
         # takes them in turn (at 4 ranks on 2 cores 2.5 ms a call at 4 KiB, where legs priced as half a ring
         # step, 1.8 ms each, came to 7.2 ms: a leg wakes two ranks, a ring step waits for all four)

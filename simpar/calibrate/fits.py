@@ -108,23 +108,35 @@ def ring_price(op: str, size: int, world: int, alpha: float, bandwidth: float) -
     return ring_steps(op, world) * (alpha + step_bytes(op, size, world) / bandwidth)
 
 
-def fit_collective_costs(rows: list[dict], wake: float | None = None) -> tuple[float, float, float, float, float]:
+def fit_collective_costs(rows: list[dict], wake: float | None = None,
+                         own_handoff_step: bool = False) -> tuple[float, float, float, float, float]:
     """(wake seconds, handoff wake seconds, per-step seconds, bytes/s, handoff per-step seconds) of ``seconds =
-    wake[op] + calls x steps (alpha[op] + step_bytes / bandwidth)`` (a compute burst, then ``calls`` collectives of
+    wake[op] + calls x steps (alpha + step_bytes / bandwidth)`` (a compute burst, then ``calls`` collectives of
     ``steps`` ring steps in a row, or ``calls`` pipeline handoffs of one step each) fitted to ``rows`` by least
-    squares: the collectives' wake, step latency and bandwidth on their own rows, then the handoffs' wake and step
-    latency on theirs at that bandwidth. A collective's first call waits for the slowest of its whole group to
-    finish computing, a handoff for one neighbour; and a handoff's step need not be a ring step's: with
-    ``SIMPAR_GLOO_BATCH=1`` gloo's transport thread runs at SCHED_BATCH inside a collective, not around a
-    pipeline's send and receive (real/gloo_threads.py), and fitted as one, the collectives' cheaper steps put a
-    pipeline send's extra into its wake (at 2 ranks 0.99-1.63 ms against 0.0-0.21 with the threads as gloo
-    made them). A collective ``wake``
-    measured apart (``series_wake``) is taken as given instead of fitted. A term that fits below zero (noise) is
-    fixed at zero and the others refitted; without handoff rows the handoff's wake is 0 and its step the ring's."""
+    squares: one step latency and bandwidth for both (a handoff is one exchange with a neighbour, as a ring step
+    is), a wake of their own (a collective's first call waits for the slowest of its whole group to finish
+    computing, a handoff for one neighbour); the handoff's step latency is then the ring's. With
+    ``own_handoff_step`` the collectives' wake, step latency and bandwidth are fitted on their rows alone and the
+    handoffs' wake and step latency on theirs, at that bandwidth: with ``SIMPAR_GLOO_BATCH=1`` gloo's transport
+    thread runs at SCHED_BATCH inside a collective, not around a pipeline's send and receive
+    (real/gloo_threads.py), and fitted as one, the collectives' cheaper steps put a pipeline send's extra into its
+    wake (at 2 ranks 0.99-1.63 ms against 0.0-0.21 with the threads as gloo made them; pp then read +13 to +27 %
+    long). A collective ``wake`` measured apart (``series_wake``) is taken as given instead of fitted. A term
+    that fits below zero (noise) is fixed at zero and the others refitted; a handoff wake without handoff rows
+    is 0."""
+    steps = lambda r: r.get("calls", 1) * r["steps"]  # noqa: E731
+    if not own_handoff_step:
+        design = np.array([[float(r["op"] != "handoff"), float(r["op"] == "handoff"), steps(r),
+                            steps(r) * r["step_bytes"]] for r in rows])
+        seconds = np.array([r["seconds"] for r in rows])
+        if wake is not None:
+            seconds = seconds - wake * design[:, 0]
+            design[:, 0] = 0.0
+        fitted, handoff, alpha, per_byte = _nonnegative(design, seconds)
+        return (fitted if wake is None else wake), handoff, alpha, 1.0 / per_byte if per_byte > 0 else 1e12, alpha
     collectives = [r for r in rows if r["op"] != "handoff"]
     handoffs = [r for r in rows if r["op"] == "handoff"]
-    design = np.array([[1.0, r.get("calls", 1) * r["steps"], r.get("calls", 1) * r["steps"] * r["step_bytes"]]
-                       for r in collectives]).reshape(-1, 3)
+    design = np.array([[1.0, steps(r), steps(r) * r["step_bytes"]] for r in collectives]).reshape(-1, 3)
     seconds = np.array([r["seconds"] for r in collectives])
     if wake is not None:
         seconds = seconds - wake
@@ -133,9 +145,8 @@ def fit_collective_costs(rows: list[dict], wake: float | None = None) -> tuple[f
     bandwidth = 1.0 / per_byte if per_byte > 0 else 1e12
     if not handoffs:
         return (fitted if wake is None else wake), 0.0, alpha, bandwidth, alpha
-    steps = np.array([r.get("calls", 1) * r["steps"] for r in handoffs], dtype=float)
-    moved = np.array([r.get("calls", 1) * r["steps"] * r["step_bytes"] for r in handoffs]) * per_byte
-    handoff, handoff_alpha = _nonnegative(np.column_stack([np.ones(len(handoffs)), steps]),
+    moved = np.array([steps(r) * r["step_bytes"] for r in handoffs]) * per_byte
+    handoff, handoff_alpha = _nonnegative(np.column_stack([np.ones(len(handoffs)), [steps(r) for r in handoffs]]),
                                           np.array([r["seconds"] for r in handoffs]) - moved)
     return (fitted if wake is None else wake), handoff, alpha, bandwidth, handoff_alpha
 

@@ -15,6 +15,8 @@ from simpar.real import gloo_threads
 from simpar.real.comm import CountingComm, NativeComm
 from simpar.real.launch import launch
 
+from test_awake import _profile as awake_profile
+
 pytestmark = pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="scheduling policies are Linux's")
 
 
@@ -84,11 +86,7 @@ def test_nothing_is_set_outside_a_gloo_group(monkeypatch):
 
 
 def _profile(gloo_batch: bool | None) -> HardwareProfile:
-    machine = ({"host": "vm", "cores": 2, "kept_awake": True}
-               | ({} if gloo_batch is None else {"gloo_batch": gloo_batch}))
-    return HardwareProfile(machine=machine, compute={"fp32": {"fwd": [1e-4] * 3 + [1e10], "bwd": [2e-4] * 3 + [1e10]}},
-                           slowdown={"1": 1.0, "2": 1.2}, ring={"2": [1e-3, 1e9]},
-                           optimizer_params_per_s={"adam": 1e8}, copy_bytes_per_s=1e10)
+    return awake_profile(True, gloo_batch)  # kept awake, as every profile since the spinners
 
 
 def test_a_profile_taken_with_the_threads_the_other_way_is_named_and_not_averaged(monkeypatch):

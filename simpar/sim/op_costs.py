@@ -74,9 +74,8 @@ class OpCosts:
         for pi, prog in enumerate(self.plan.programs):
             # ops since the last compute (the ops after a step's last one: its first's), and since the last call;
             # whether a network op came before (the first compute after one pays the resume, those after the tail)
-            phase, since, quiet, called = 0.0, 0, 0, False
+            phase, since, quiet, called, last = 0.0, 0, 0, False, None
             for _ in range(laps):
-                last = None
                 for op in prog.ops:
                     since, quiet = since + 1, quiet + 1
                     if isinstance(op, (Alloc, Free)):

@@ -148,16 +148,35 @@ def test_compare_real_sets_the_runs_speed_against_the_profiles(tmp_path, cli):
 
 
 
-def _calls_in_step():
-    """benchmarks/calls_in_step.py, loaded as a module (the benchmarks are scripts, not a package)."""
+def _benchmark(name: str):
+    """benchmarks/<name>.py, loaded as a module (the benchmarks are scripts, not a package)."""
     import importlib.util
     from pathlib import Path
 
-    spec = importlib.util.spec_from_file_location("calls_in_step", Path(__file__).parents[1] / "benchmarks" /
-                                                  "calls_in_step.py")
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).parents[1] / "benchmarks" / f"{name}.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     return bench
+
+
+def _calls_in_step():
+    return _benchmark("calls_in_step")
+
+
+def test_the_compute_after_call_benchmark_reads_each_skew_by_the_compute_after_the_call():
+    """Two ranks' [(compute after, entry, exit)]: per length, the exit skew of the calls it follows, the entry
+    skew and times of the calls after it."""
+    bench = _benchmark("compute_after_call")
+    a = [(1.0, 0.0, 2.0), (2.0, 3.0, 5.0), (1.0, 7.5, 9.0), (2.0, 10.0, 12.0)]
+    b = [(1.0, 0.0, 2.5), (2.0, 4.0, 5.0), (1.0, 7.0, 10.0), (2.0, 10.0, 13.0)]
+    rows = bench.by_compute_after(a, b)
+    assert list(rows) == [1.0, 2.0]
+    # after 1: the calls at 0 and 2 left 0.5 and 1.0 apart; the next (1 and 3) entered 1.0 and 0.0 apart
+    assert rows[1.0]["exit skew"] == (0.75, 0.75) and rows[1.0]["next entry skew"] == (0.5, 0.5)
+    assert rows[1.0]["next from the later entry"] == (2.0, 2.0)  # 5 - 4 and 13 - 10
+    assert rows[1.0]["next per rank"] == (2.0, 2.0)  # (2 + 1) / 2 and (2 + 3) / 2
+    assert rows[2.0] == {"exit skew": (0.0, 0.0), "next entry skew": (0.5, 0.5),
+                         "next from the later entry": (2.5, 2.5), "next per rank": (2.25, 2.25)}
 
 def test_the_calls_in_step_benchmark_groups_each_call_by_the_compute_before_it():
     from simpar.models import model

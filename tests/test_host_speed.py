@@ -147,7 +147,6 @@ def test_compare_real_sets_the_runs_speed_against_the_profiles(tmp_path, cli):
     assert "x as fast over the timed steps as while the profile was calibrated" in text
 
 
-
 def _benchmark(name: str):
     """benchmarks/<name>.py, loaded as a module (the benchmarks are scripts, not a package)."""
     import importlib.util
@@ -177,6 +176,7 @@ def test_the_compute_after_call_benchmark_reads_each_skew_by_the_compute_after_t
     assert rows[1.0]["next per rank"] == (2.0, 2.0)  # (2 + 1) / 2 and (2 + 3) / 2
     assert rows[2.0] == {"exit skew": (0.0, 0.0), "next entry skew": (0.5, 0.5),
                          "next from the later entry": (2.5, 2.5), "next per rank": (2.25, 2.25)}
+
 
 def test_the_calls_in_step_benchmark_groups_each_call_by_the_compute_before_it():
     from simpar.models import model

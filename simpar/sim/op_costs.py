@@ -73,7 +73,8 @@ class OpCosts:
         laps = 2 if grows or self.topology.wake_short or between or self.topology.resume_tail else 1
         for pi, prog in enumerate(self.plan.programs):
             # ops since the last compute (the ops after a step's last one: its first's), and since the last call;
-            # whether a network op came before (the first compute after one pays the resume, those after the tail)
+            # whether a network op came before (the first compute after one pays the resume, those after the tail),
+            # and the op before (kept between laps: a step's first op follows the previous step's last)
             phase, since, quiet, called, last = 0.0, 0, 0, False, None
             for _ in range(laps):
                 for op in prog.ops:

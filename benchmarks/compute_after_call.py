@@ -17,8 +17,12 @@ where the calibration's curve rises 0.1 ms from 1 to 2 ms (docs/calibration.md, 
 boundary"). The next call's rise is a step, not a slope: a third launch read its median per rank 0.94 / 1.34 /
 1.05 / 3.26 ms after 0.2 / 0.5 / 1 / 2 ms, and ``--lengths 0.8,1.2,1.6,2,3,4 --reps 80`` read 1.16 / 1.04 / 3.26 /
 3.19 / 4.61 / 3.42 ms: between 1.2 and 1.6 ms of compute the call's median rose by 2.2 ms, near EEVDF's base slice
-on 2 CPUs (0.75 ms x (1 + log2 2) = 1.5 ms; not read here, debugfs is not mounted). Not priced yet: the
-calibration's curve (``calibrate/lag.py``) is a smooth fit from the unit's 1.1-1.4 ms, just under that step.
+on 2 CPUs (0.75 ms x (1 + log2 2) = 1.5 ms; not read here, debugfs is not mounted). But with the lengths cycled
+near it (``--lengths 1,1.2,1.4,1.5,1.6,1.8,2.5 --reps 150``, two launches) the median rose gradually, 1.66-1.77 /
+1.94-2.09 / 2.53-2.81 / 2.43-2.54 / 2.45-2.72 / 2.91-3.06 / 2.97-3.18 ms: what a call costs follows the cycle's
+mix (the pace of the calls before it: docs/calibration.md, "A call's wake follows the rank's pace") as well as the
+compute right before it. Not priced yet: the calibration's curve (``calibrate/lag.py``) is a smooth fit from the
+unit's 1.1-1.4 ms, and rises 0.1 ms from 1 to 2 ms.
 """
 
 from __future__ import annotations

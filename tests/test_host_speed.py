@@ -113,13 +113,7 @@ def test_the_summary_and_report_give_the_error_at_the_windows_speed_over_the_cas
 
 
 def test_the_speed_reading_benchmark_measures_what_the_reading_accounts_for():
-    import importlib.util
-    from pathlib import Path
-
-    spec = importlib.util.spec_from_file_location("speed_reading", Path(__file__).parents[1] / "benchmarks" /
-                                                  "speed_reading.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = _benchmark("speed_reading")
     speeds = [1.0, 1.25, 0.8, 2.0]
     exact = bench.per_case([0.02 / s for s in speeds], speeds)  # every step goes as the speed
     assert exact["corr"] == pytest.approx(1.0) and exact["slope"] == pytest.approx(1.0)
@@ -158,10 +152,6 @@ def _benchmark(name: str):
     return bench
 
 
-def _calls_in_step():
-    return _benchmark("calls_in_step")
-
-
 def test_the_compute_after_call_benchmark_reads_each_skew_by_the_compute_after_the_call():
     """Two ranks' [(compute after, entry, exit)]: per length, the exit skew of the calls it follows, the entry
     skew and times of the calls after it."""
@@ -184,7 +174,7 @@ def test_the_calls_in_step_benchmark_groups_each_call_by_the_compute_before_it()
     from simpar.scenario import make_scenario
     from simpar.strategies import build_plan
 
-    bench = _calls_in_step()
+    bench = _benchmark("calls_in_step")
     scenario = make_scenario(model("tiny"), "tp", 2, micro_batch=2, precision="fp32", topology="cpu-host")
     ops = build_plan(scenario).program_of(0).ops
     kind = scenario.model.unit_kind
@@ -212,7 +202,7 @@ def test_the_calls_in_step_benchmark_groups_zero3_calls_by_their_place_in_a_seri
     from simpar.scenario import make_scenario
     from simpar.strategies import build_plan
 
-    bench = _calls_in_step()
+    bench = _benchmark("calls_in_step")
     scenario = make_scenario(model("tiny-deep"), "zero3", 2, micro_batch=2, precision="fp32", topology="cpu-host")
     ops = build_plan(scenario).program_of(0).ops
     kind = scenario.model.unit_kind
@@ -229,12 +219,7 @@ def test_the_calls_in_step_benchmark_groups_zero3_calls_by_their_place_in_a_seri
     assert sum(row["ops"] for row in rows.values()) == len(calls) + len(computes)
 
 def test_the_own_pace_benchmark_sets_each_ranks_own_time_against_its_core_alone():
-    import importlib.util
-    from pathlib import Path
-
-    spec = importlib.util.spec_from_file_location("own_pace", Path(__file__).parents[1] / "benchmarks" / "own_pace.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = _benchmark("own_pace")
     # two rounds; rank 1's core twice as slow; together each rank at its own pace, the barrier at the slower's
     rank0 = [{"alone0": 1.0, "alone1": 2.0, "own": 1.0, "all": 2.2}] * 2
     rank1 = [{"alone0": 1.0, "alone1": 2.0, "own": 2.0, "all": 2.2}] * 2
@@ -245,13 +230,7 @@ def test_the_own_pace_benchmark_sets_each_ranks_own_time_against_its_core_alone(
 
 
 def test_the_resume_benchmark_sets_each_compute_after_a_call_against_it_without_calls():
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).parents[1] / "benchmarks" / "resume_after_call.py"
-    spec = importlib.util.spec_from_file_location("resume_after_call", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = _benchmark("resume_after_call")
     # two ranks: the forward pays 1 more after a call on rank 0 and 3 on rank 1; the products nothing
     rank0 = {"forward": {"alone": [4.0, 4.0], "after": [5.0, 5.0]}, "products": {"alone": [2.0], "after": [2.0]}}
     rank1 = {"forward": {"alone": [6.0], "after": [9.0]}, "products": {"alone": [2.0], "after": [2.0]}}

@@ -124,7 +124,9 @@ def fit_collective_costs(rows: list[dict], wake: float | None = None,
     long). A collective ``wake`` measured apart (``series_wake``) is taken as given instead of fitted. A term
     that fits below zero (noise) is fixed at zero and the others refitted; a handoff wake without handoff rows
     is 0."""
-    steps = lambda r: r.get("calls", 1) * r["steps"]  # noqa: E731
+    def steps(row: dict) -> int:  # ring steps (or handoffs) a row's calls take in all
+        return row.get("calls", 1) * row["steps"]
+
     if not own_handoff_step:
         design = np.array([[float(r["op"] != "handoff"), float(r["op"] == "handoff"), steps(r),
                             steps(r) * r["step_bytes"]] for r in rows])

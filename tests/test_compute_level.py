@@ -45,4 +45,5 @@ def test_the_compute_pass_visits_every_model_and_batch_in_turns():
     assert [(r["batch"], r["unit"]) for r in rows] == [(b, u) for b in (1, 2) for u in ("embedding", "layer", "head")]
     assert all(r["fwd_s"] > 0 and r["bwd_s"] > 0 and r["step_s"] > 0 and r["reduce_s"] > 0 for r in rows)
     assert all(r["fwd_gaps"] and r["bwd_gaps"] for r in rows)  # each timed step's gaps since the step before
+    assert all(r["cold_concat_s"] > 0 for r in rows)  # the gradients concatenated right after the backward
     assert TIMED_PER_VISIT == 2 and all(r["timed_steps"] == 4 for r in rows)  # two visits of two for 3

@@ -306,6 +306,31 @@ def test_the_calls_after_short_computes_are_read_at_their_programs_pace():
     assert len(calls) <= 1 and not costs.paces
 
 
+def test_a_steps_first_call_after_the_optimizer_is_read_at_its_own_compute_not_the_pace():
+    """tp's first call follows the backward's last call, the optimizer step and the embedding: not the pieces'
+    pace. With every call's compute below ``wake_phase`` the others share their mean, and it keeps its own (the
+    compute since the previous call, round the step, holding the step op)."""
+    from simpar.plan import Collective
+    from simpar.sim.op_costs import OpCosts
+    from simpar.strategies import build_plan
+
+    profile = _profile()
+    profile.wake, profile.wake_phase = {"2": 1e-3}, {"2": 50e-3}  # every tp call after a "short" compute
+    profile.wake_short = {"2": [[0.3e-3, 0.2e-3], [0.4e-3, 0.5e-3], [0.8e-3, 0.7e-3]]}
+    topology = profile.topology(2, "fp32")
+    scenario = make_scenario(model("tiny-deep"), "tp", 2, micro_batch=2, precision="fp32", topology="cpu-host")
+    plan = build_plan(scenario)
+    costs = OpCosts(plan, scenario, topology)
+    calls = [op for op in plan.programs[0].ops if isinstance(op, Collective) and (0, op.id) in costs.after_compute]
+    first, rest = calls[0], calls[1:]  # (a call after a call pays no wake)
+    assert first is next(op for op in plan.programs[0].ops if isinstance(op, Collective)) and len(rest) > 10
+    assert (0, first.id) not in costs.paces
+    assert costs.after_compute[(0, first.id)] > max(costs.after_compute[(0, op.id)] for op in rest)
+    assert costs.wake(0, first) == pytest.approx(topology.collective_wake(costs.after_compute[(0, first.id)]))
+    mean = sum(costs.after_compute[(0, op.id)] for op in rest) / len(rest)
+    assert all(costs.paces[(0, op.id)] == pytest.approx(mean) for op in rest)
+
+
 def _whole(profile):
     return replace(profile, wake_short={})
 

@@ -100,6 +100,66 @@ def test_a_step_that_concatenates_the_held_gradients_pays_for_each_tensor_and_el
         assert Work(scenario).params(units) == 2 * params
 
 
+COLD_TENSOR, COLD_ELEMENT = 2.1e-6, 0.4e-9  # the same concatenation right after the backward
+
+
+@pytest.mark.parametrize("strategy, cold", [("ddp", False), ("dp", False), ("zero1", False), ("pp", True),
+                                            ("tp", True)])
+def test_a_step_whose_gradients_no_call_handled_pays_the_cold_concatenation(strategy, cold):
+    """tp and pp have no data-parallel call of their gradients between the backward and the step, whose
+    handling leaves them hot: their concatenation is priced at ``step_concat_cold``'s terms, the others' at
+    ``step_concat``'s, exactly; a profile without the cold terms prices every strategy at the hot ones."""
+    from simpar.strategies.work import Work
+
+    both = _profile(optimizer_step={"fp32": [0.5e-3, 2.3e8]}, step_concat={"fp32": [PER_TENSOR, PER_ELEMENT]},
+                    step_concat_cold={"fp32": [COLD_TENSOR, COLD_ELEMENT]})
+    hot_only = _profile(optimizer_step={"fp32": [0.5e-3, 2.3e8]}, step_concat={"fp32": [PER_TENSOR, PER_ELEMENT]})
+    scenario = case_scenario(strategy, 2, "fp32")
+    program = build_plan(scenario).program_of(0)
+    units = {op.unit for op in program.ops if isinstance(op, Compute) and op.unit >= 0}
+    tensors, params = sum(scenario.model.unit_tensors(scenario.model.unit_kind(u)) for u in units), \
+        Work(scenario).params(units)
+    per_tensor, per_element = (COLD_TENSOR, COLD_ELEMENT) if cold else (PER_TENSOR, PER_ELEMENT)
+    seconds, stepped = _step_seconds(both, strategy)
+    assert seconds == pytest.approx(0.5e-3 + stepped / 2.3e8 + per_tensor * tensors + per_element * params)
+    assert _step_seconds(hot_only, strategy)[0] == pytest.approx(
+        0.5e-3 + stepped / 2.3e8 + PER_TENSOR * tensors + PER_ELEMENT * params)
+
+
+def test_the_cold_concatenation_is_fitted_per_tensor_and_element_beside_the_hot_one():
+    """``cold_concat_s`` (handling.ColdConcat, timed in the steps not timed) is fitted as ``concat_s`` is, into
+    ``step_concat_cold``; passes whose rows lack it (older) keep the profile's."""
+    rows = [{**row, "cold_concat_s": COLD_TENSOR * row["tensors"] + COLD_ELEMENT * row["params"]}
+            for row in _rows_with_concat(0.5e-3, 2.3e8)]
+    fresh = calibrate.retimed(_profile(optimizer_step={"fp32": [1e-3, 1e8]}), [rows], "fp32")
+    assert fresh.step_concat["fp32"] == pytest.approx([PER_TENSOR, PER_ELEMENT])
+    assert fresh.step_concat_cold["fp32"] == pytest.approx([COLD_TENSOR, COLD_ELEMENT])
+    older = calibrate.retimed(fresh, [_rows_with_concat(0.5e-3, 2.3e8)], "fp32")
+    assert older.step_concat_cold == fresh.step_concat_cold
+
+
+def test_cold_concat_times_the_gradients_concatenation_before_the_gradients_call_only_while_armed():
+    """``ColdConcat`` wraps the executor's collective: armed, before the call of the gradients (not another
+    call) it concatenates each group the optimizer steps, once, and times it; the call itself runs as before."""
+    from types import SimpleNamespace
+
+    from simpar.calibrate.handling import ColdConcat
+
+    flattened, called = [], []
+    states = SimpleNamespace(optimized={(0, 1): None, (2,): None},
+                             flat=lambda units, what: flattened.append((units, what)))
+    executor = SimpleNamespace(states=states, _collective=lambda op: called.append(op.payload))
+    cold = ColdConcat(executor)
+    grads, params = SimpleNamespace(payload="grads"), SimpleNamespace(payload="params")
+    executor._collective(grads)
+    assert called == ["grads"] and not flattened and not cold.times  # not armed
+    cold.armed = True
+    executor._collective(params)
+    executor._collective(grads)
+    assert called == ["grads", "params", "grads"]
+    assert flattened == [((0, 1), "grad"), ((2,), "grad")] and len(cold.times) == 1 and cold.times[0] >= 0
+
+
 def test_adams_cost_per_tensor_is_the_split_rows_excess_over_the_one_tensor_line():
     """host_worker's rows: Adam on one tensor at three sizes (50 us + 4 ns a parameter, the middle one 0.2 ms
     off the line) and on the middle size split into 10 tensors 0.9 ms dearer than its one-tensor row: 100 us

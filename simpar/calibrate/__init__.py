@@ -95,7 +95,8 @@ def average_passes(passes: list[list[dict]]) -> list[dict]:
     rows = []
     for same in zip(*passes):
         row = dict(same[0])
-        timed = ("fwd_s", "bwd_s", "between_ops_s", "step_s", "reduce_s", "gather_s", "scatter_s")
+        timed = ("fwd_s", "bwd_s", "between_ops_s", "step_s", "reduce_s", "gather_s", "scatter_s", "concat_s",
+                 "cold_concat_s")
         for phase in [p for p in timed if p in row]:
             row[f"passes_{phase}"] = [r[phase] for r in same]
             row[phase] = statistics.median(row[f"passes_{phase}"])
@@ -241,6 +242,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
     alone = average_passes(passes)
     compute, between, step, table, scores, cold = fit_compute(alone)
     handling, sharded, concat = fit_tensor_work(alone), fit_sharded_work(alone), fit_tensor_work(alone, "concat_s")
+    cold_concat = fit_tensor_work(alone, "cold_concat_s")
     # what the executor's ZeRO-3 gathers pay from the second of a series on beyond the price of a bare call
     levels = {w: series_level(shared[w]["series"], calls, int(w), *ring[w], handling)
               for w, (calls, _) in series_calls.items()}
@@ -270,6 +272,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
                               optimizer_params_per_s=rates, optimizer_step={precision: step} if step else {},
                               optimizer_tensor=adam_per_tensor(host["steps"]),
                               step_concat={precision: concat} if step and concat else {},
+                              step_concat_cold={precision: cold_concat} if step and concat and cold_concat else {},
                               tensor_work={precision: handling} if handling else {},
                               sharded_work={precision: sharded} if sharded else {},
                               embedding_table={precision: table}, attention_scores={precision: scores},
@@ -303,10 +306,13 @@ def retimed(profile: HardwareProfile, passes: list[list[dict]], precision: str) 
     handling, concat = fit_tensor_work(alone), fit_tensor_work(alone, "concat_s")
     handled = {**profile.tensor_work, precision: handling} if handling else profile.tensor_work
     concats = {**profile.step_concat, precision: concat} if step and concat else profile.step_concat
+    cold_concat = fit_tensor_work(alone, "cold_concat_s")
+    colds = ({**profile.step_concat_cold, precision: cold_concat} if step and concat and cold_concat
+             else profile.step_concat_cold)
     sharded = fit_sharded_work(alone)
     sharded = {**profile.sharded_work, precision: sharded} if sharded else profile.sharded_work
     return replace(profile, compute={**profile.compute, precision: fitted}, between_ops=between, optimizer_step=steps,
-                   tensor_work=handled, sharded_work=sharded, step_concat=concats,
+                   tensor_work=handled, sharded_work=sharded, step_concat=concats, step_concat_cold=colds,
                    embedding_table={**profile.embedding_table, precision: table},
                    attention_scores={**profile.attention_scores, precision: scores},
                    unit_cold={**profile.unit_cold, precision: cold} if cold else profile.unit_cold,

@@ -31,7 +31,7 @@ _AVERAGED = ("compute", "slowdown", "ring", "optimizer_params_per_s", "copy_byte
              "between_ops", "resume_unit", "worker_server_curve", "optimizer_step", "tensor_work", "embedding_table",
              "worker_server", "wake_short", "sharded_work", "attention_scores", "late_recv", "series_late", "series_last",
              "series_level", "series_first", "unit_cold", "tp_piece", "step_concat", "resume_short",
-             "optimizer_tensor", "resume_tail", "later_steps", "send_issue_spread")
+             "step_concat_cold", "optimizer_tensor", "resume_tail", "later_steps", "send_issue_spread")
 
 
 _UNIT_FIT = ("compute", "embedding_table", "attention_scores", "unit_cold")  # fitted together (fit_compute)

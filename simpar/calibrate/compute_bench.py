@@ -14,7 +14,8 @@ from __future__ import annotations
 import statistics
 
 from simpar.calibrate.cold import GapClock
-from simpar.calibrate.handling import between_ops, concat_timer, time_accumulate, time_gather, time_scatter
+from simpar.calibrate.handling import (ColdConcat, between_ops, concat_timer, time_accumulate, time_gather,
+                                      time_scatter)
 from simpar.models import model
 from simpar.scenario import make_scenario
 from simpar.strategies.work import Work
@@ -42,11 +43,13 @@ class _Config:
         self.accumulated: list[float] = []  # a later micro-batch's gradients added into the held ones
         self.concats = concat_timer(self.executor.states)  # the gradients flattened inside the step op
         self.timed_concats: list[float] = []
+        self.cold_concats = ColdConcat(self.executor)  # ... and as the backward leaves them (untimed steps)
         self.clock = GapClock()  # each unit's time since the last of its kind (calibrate/cold.py)
 
     def step(self, timed: bool) -> None:
         executor, ops, spec = self.executor, self.ops, self.spec
         before = len(self.concats)
+        self.cold_concats.armed = not timed and self.steps > 0  # (the first step samples memory)
         executor.step(self.steps)
         self.steps += 1
         t0 = executor.recorder.step_started
@@ -83,6 +86,8 @@ class _Config:
                          "between_ops_s": statistics.fmean(self.between), "params": spec.params,
                          "step_s": statistics.fmean(self.stepped),
                          "concat_s": sum(self.timed_concats) / len(self.stepped),
+                         **({"cold_concat_s": statistics.fmean(self.cold_concats.times)}
+                            if self.cold_concats.times else {}),
                          "reduce_s": statistics.fmean(self.handled),
                          "gather_s": statistics.fmean(self.gathered), "scatter_s": statistics.fmean(self.scattered),
                          "accumulate_s": statistics.fmean(self.accumulated),
@@ -103,7 +108,9 @@ def compute_worker(ctx, models: list[str], batches: list[int], precision: str, r
     the same reason: after the backward has filled the caches with other data, and with the executor's
     gradient flattening around it, it took 1.0 ms for tiny's 119 K parameters where Adam stepping the
     same tensor again and again (``host_worker``) took 0.33 ms; ``concat_s``, the part of it that
-    flattens the gradients first, which ZeRO-2 and 3 do not (``handling.concat_timer``). So is its
+    flattens the gradients first, which ZeRO-2 and 3 do not (``handling.concat_timer``), and
+    ``cold_concat_s`` the same concatenation right after the backward in the steps not timed, as tp's and pp's
+    step meet the gradients, which no call's handling has touched (``handling.ColdConcat``). So is its
     gradients' all-reduce op, which on one rank communicates nothing: ``reduce_s`` is the executor's
     own handling of the data around any data-parallel collective (``tensors`` parameter tensors
     concatenated into one buffer, scaled, and each gradient re-pointed into it); ``gather_s`` what

@@ -137,6 +137,10 @@ class HardwareProfile:
     # and 3 step their reduced shard, the others flatten every gradient they hold first; empty in older profiles
     # (the step's line holds it, for every strategy)
     step_concat: dict[str, list[float]] = field(default_factory=dict)
+    # ... and the same concatenation right after the backward (compute_worker: ``handling.ColdConcat``), as a
+    # step meets the gradients where no data-parallel call's handling has touched them (tp, pp); empty in older
+    # profiles (step_concat's, for every strategy)
+    step_concat_cold: dict[str, list[float]] = field(default_factory=dict)
     # precision -> [seconds per parameter tensor, seconds per parameter] of the executor's handling of the
     # data around a data-parallel collective (compute_worker's one-rank all-reduce); empty in older profiles
     tensor_work: dict[str, list[float]] = field(default_factory=dict)
@@ -259,14 +263,17 @@ class HardwareProfile:
 
     def step_cost(self, precision: str) -> tuple[dict[str, float], float]:
         """({"step": seconds per step, "step_tensor": per tensor stepped beyond the first, "concat_tensor",
-        "concat_element": seconds per gradient tensor and element it concatenates first}, params/s) of the
+        "concat_element": seconds per gradient tensor and element it concatenates first, "cold_concat_tensor",
+        "cold_concat_element": the same where no call's handling touched them after the backward}, params/s) of the
         executor's optimizer step: as timed inside its step where measured, else Adam's rate on a bare tensor."""
         if self.optimizer_step.get(precision):
             overhead, rate = self.optimizer_step[precision]
             per_tensor, per_element = self.step_concat.get(precision) or (0.0, 0.0)
+            cold_tensor, cold_element = self.step_concat_cold.get(precision) or (per_tensor, per_element)
             return ({"step": float(overhead), "step_tensor": float(self.optimizer_tensor),
-                     "concat_tensor": float(per_tensor),
-                     "concat_element": float(per_element)}, float(rate))
+                     "concat_tensor": float(per_tensor), "concat_element": float(per_element),
+                     "cold_concat_tensor": float(cold_tensor), "cold_concat_element": float(cold_element)},
+                    float(rate))
         return {}, self.optimizer_params_per_s.get("adam", 1e8)
 
     # -- the simulator's view -------------------------------------------------------------------

@@ -203,6 +203,25 @@ def test_validate_calibrates_only_the_world_sizes_it_runs_and_averages_those(mon
         average_profiles([before, later], ["before.json", "later.json"])
 
 
+def test_validate_calibrates_the_world_sizes_it_runs_that_the_profile_lacks(monkeypatch, tmp_path):
+    """A validate of 2 and 4 ranks beside a profile of 2 ranks alone (``simpar calibrate --gpus 2``): the
+    calibrations among the runs are of 2 and 4 ranks, and the profile from before, which would price the
+    4-rank cases with its 2-rank figures (and drop 4 ranks from the average), is left out of the price even
+    though it was taken right before the runs."""
+    import simpar.validate as validate
+
+    before, later = _profile(1.0, worlds=("2",)), [_profile(3.0), _profile(5.0)]
+    events, priced = _fake_runs(monkeypatch, later)
+    saved = [str(tmp_path / f"r{i}.json") for i in range(2)]
+    again = validate.Recalibrations(before, "before.json", "fp32", lambda i: saved[i], every_round=True,
+                                    worlds=(2, 4))
+    validate.run_cases(before, [("ddp", 2), ("ddp", 4)], "fp32", 3, 60.0, repeats=2, after=again.priced,
+                       after_round=again.after_round)
+    assert [e for e in events if e[0] == "calibrate"] == [("calibrate", (2, 4))] * 2
+    assert not again.counts_before() and again.sources(before) == saved
+    assert set(priced[0].ring) == {"2", "4"} and priced[0].ring["4"] == pytest.approx([4e-3, 0.5e9])
+
+
 def test_the_report_names_the_calibration_after_the_runs(tmp_path):
     import simpar.validate as validate
 
@@ -280,6 +299,20 @@ def test_validate_calibrates_after_every_round_unless_told_otherwise(monkeypatch
         assert (later.__self__.every_round if later else None) == every_round, extra
     assert main(["validate", "--hardware", gpu, *out]) == 0 and seen[-1]["after_round"] is None
     assert main(["validate", "--hardware", gpu, "--calibrate-after", "end", *out]) == 2
+
+
+def test_validate_without_calibrations_warns_of_world_sizes_the_profile_lacks(monkeypatch, tmp_path, capsys):
+    import simpar.validate as validate
+    from simpar.cli import main
+
+    monkeypatch.setattr(validate, "run_cases", lambda *args, **kw: [_case()])
+    cpu = str(tmp_path / "cpu.json")
+    _profile(1.0, worlds=("2",)).save(cpu)
+    out = ["--hardware", cpu, "--strategies", "ddp", "--out", str(tmp_path / "v.md"), "--calibrate-after", "none"]
+    assert main(["validate", *out, "--gpus", "2,4,8"]) == 0
+    assert "not calibrated for 4, 8 ranks" in capsys.readouterr().err
+    assert main(["validate", *out, "--gpus", "2"]) == 0
+    assert "not calibrated" not in capsys.readouterr().err
 
 
 def _case() -> dict:

@@ -107,6 +107,10 @@ def test_calibrate_then_validate_end_to_end(tmp_path, cli):
     assert all(0 < r["concat_s"] < r["step_s"] for r in data["samples"]["compute"])
     assert len(data["step_concat"]["fp32"]) == 2 and min(data["step_concat"]["fp32"]) >= 0
     assert "gradients concatenated first" in result.stdout
+    # ... and right after the backward, as tp's and pp's step meets them
+    assert all(r["cold_concat_s"] > 0 for r in data["samples"]["compute"])
+    assert len(data["step_concat_cold"]["fp32"]) == 2 and min(data["step_concat_cold"]["fp32"]) >= 0
+    assert "where no data-parallel call handled them" in result.stdout
     assert result.stdout.count("(the resume's tail)") == len(data["resume_tail"])
     assert result.stdout.count("(the loops over their price)") == len(data["later_steps"])
     # Adam split into tensors beside one tensor of as many parameters: what ZeRO-3's one shard per unit pays

@@ -122,6 +122,10 @@ def _save_and_show(profile, args, precision: str, what: str = "") -> int:
             per_tensor, per_element = profile.step_concat[precision]
             print(f"             + {1e6 * per_tensor:.2f} us per gradient tensor + {1e9 * per_element:.2f} ns per "
                   "element of those it holds, the gradients concatenated first (not by ZeRO-2 and 3)")
+        if profile.step_concat_cold.get(precision):
+            per_tensor, per_element = profile.step_concat_cold[precision]
+            print(f"             ({1e6 * per_tensor:.2f} us + {1e9 * per_element:.2f} ns where no data-parallel call "
+                  "handled them after the backward: tp, pp)")
     print(f"  executor   {1e6 * profile.between_ops:.1f} us of its own work between ops, per op of the plan")
     if profile.tensor_work.get(precision):
         per_tensor, per_element = profile.tensor_work[precision]

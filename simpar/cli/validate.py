@@ -116,6 +116,11 @@ def run(args) -> int:
     if args.calibrate_after in ("rounds", "end") and not cpu_ranks:
         raise SimparError("--calibrate-after: calibrates CPU ranks; the --hardware profile is a GPU's (use none)")
     recalibrate = args.calibrate_after or ("rounds" if cpu_ranks else "none")
+    lacking = [w for w in worlds if w >= 2 and str(w) not in profile.ring] if cpu_ranks else []
+    if lacking and recalibrate == "none":
+        print(f"warning: {profile_path} was not calibrated for {', '.join(map(str, lacking))} ranks; those cases are "
+              f"priced with the nearest size's figures (simpar calibrate --gpus {','.join(map(str, worlds))})",
+              file=sys.stderr)
     every_round = recalibrate == "rounds"
     out = Path(args.out)
 

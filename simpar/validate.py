@@ -266,7 +266,8 @@ def write_report(path: Path, profile_path: str, cases: list[dict], result: dict,
              + ((f", averaged with the calibrations taken among the runs (`{after}`, `--calibrate-after`)"
                  if before_too else f"; the cases priced with the calibrations taken among the runs alone, "
                                     f"averaged (`{after}`, `--calibrate-after`): the profile, older than the runs' "
-                                    f"window, only sized the runs") if after else "")
+                                    f"window or without every world size they use, only sized the runs")
+                 if after else "")
              + ("; the units' compute re-timed after each round of runs (`--compute retimed`)." if retimed else "."),
              "",
              f"median |error| {100 * result['median_abs_error']:.1f} %, max |error| "

@@ -177,8 +177,10 @@ def run(args) -> int:
         print(f"priced with the average of {profile_path} and the calibrations among the runs, "
               f"{', '.join(after_paths)}")
     elif after_paths:
-        print(f"priced with the calibrations among the runs, {', '.join(after_paths)} ({profile_path}, older "
-              f"than {BEFORE_WINDOW_S / 60:.0f} minutes, only sized the runs)")
+        why = (f"older than {BEFORE_WINDOW_S / 60:.0f} minutes" if not fresh else
+               f"not calibrated for {', '.join(map(str, lacking))} ranks")
+        print(f"priced with the calibrations among the runs, {', '.join(after_paths)} ({profile_path}, {why}, "
+              "only sized the runs)")
     return 0
 
 

@@ -239,8 +239,8 @@ class OpCosts:
     def _step_concat(self, prog, overheads: dict) -> float:
         """Seconds the executor's optimizer step spends first concatenating the gradients of every unit the rank
         holds (``ModelStates.step``: DDP, ZeRO-1, which then steps its chunk, pp, tp), as calibrated per tensor
-        and element (``step_concat``); where no data-parallel call of its gradients came first (tp, pp: its
-        handling leaves them hot), as they are right after the backward (``step_concat_cold``); none where the
+        and element (``step_concat``), hot from the handling of the data-parallel call of its gradients before it;
+        where no such call came first (tp, pp), as the backward leaves them (``step_concat_cold``); none where the
         rank keeps only its reduced shard of them (ZeRO-2 and 3) or offloads them (the host steps what was
         copied to it)."""
         cold = "cold_" if not any(isinstance(op, Collective) and op.payload == "grads" for op in prog.ops) else ""

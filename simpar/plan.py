@@ -179,6 +179,24 @@ class Program:
         return list(dict.fromkeys(op.units for op in self.ops
                                   if isinstance(op, Collective) and op.op == "reducescatter" and op.group != "tp"))
 
+    def reduces_grads(self) -> bool:
+        """Whether these ranks make a data-parallel call of their gradients (whose handling, in the executor,
+        touches every gradient before the optimizer step): not tp's or pp's alone."""
+        return any(isinstance(op, Collective) and op.payload == "grads" for op in self.ops)
+
+    def calls_after_step(self) -> set[int]:
+        """Ids of the collectives whose stretch since the previous call, send or receive holds the optimizer
+        step, round the step: a step's first call follows the previous step's optimizer."""
+        stepped, across = set(), False
+        for op in self.ops + self.ops:
+            if isinstance(op, (Collective, Send, Recv)):
+                if across and isinstance(op, Collective):
+                    stepped.add(op.id)
+                across = False
+            elif isinstance(op, Compute) and op.phase == "step":
+                across = True
+        return stepped
+
     def alloc(self, stream: str, category: str, nbytes: float, memory: str = "gpu", payload: str = "",
               deps=(), units: tuple[int, ...] = (), modules: tuple[int, ...] = ()) -> int:
         return self.add(Alloc, stream, deps, category=category, nbytes=int(nbytes), memory=memory, payload=payload,

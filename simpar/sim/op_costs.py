@@ -115,37 +115,22 @@ class OpCosts:
         1.24-1.27 ms after pieces of 0.21-0.45 ms that, each read at its own, priced them 0.94-1.44. Blocks of 16
         calls after each compute kept 0.07-0.45 ms apart, and tp's backward calls cost 0.07-0.21 ms more than its
         forward ones: the pace runs over a few calls, and the program's mean is its average over a step
-        (benchmarks/call_pace.py; docs/calibration.md, "A call's wake follows the rank's pace")."""
+        (benchmarks/call_pace.py; docs/calibration.md, "A call's wake follows the rank's pace"). A step's first call
+        (``Program.calls_after_step``) keeps its own compute: at 2 ranks tp's, after the backward's last call, the
+        optimizer and the embedding, cost 2.77 ms against 1.11-1.51 ms for its calls between pieces, its ranks
+        entering it 1.14 ms apart against 0.23 ms (``benchmarks/calls_in_step.py``, per-call timelines)."""
         paces: dict = {}
         if not self.topology.wake_short:
             return paces
         woken = self.after_compute
         for pi, prog in enumerate(self.plan.programs):
-            stepped = self._after_step(prog)
+            stepped = prog.calls_after_step()  # a step's first call: the optimizer's stretch, not the pace
             keys = [(pi, op.id) for op in prog.ops if (pi, op.id) in woken and isinstance(op, Collective)
                     and op.algo in (None, "ring") and not self._sharded_gather(op) and op.id not in stepped
                     and woken[(pi, op.id)] < self.topology.wake_phase]
             if len(keys) > 1:
                 paces.update(dict.fromkeys(keys, sum(woken[key] for key in keys) / len(keys)))
         return paces
-
-    @staticmethod
-    def _after_step(prog) -> set[int]:
-        """Ids of the calls whose compute since the program's previous network op holds its optimizer step, round
-        the step (a step's first call): not at the program's pace, which is its calls' between short pieces. At
-        2 ranks tp's first call, after the backward's last call, the optimizer and the embedding, cost 2.77 ms
-        against 1.11-1.51 ms for its calls between pieces (``benchmarks/calls_in_step.py``, 2026-12-01); its
-        ranks entered it 1.14 ms apart against 0.23 ms, and it took 1.56 ms from the later entry (median) against
-        0.61 ms (per-call timelines, 2026-11-30): the optimizer's stretch, not the pieces', is what it follows."""
-        stepped, ops, across = set(), [op for op in prog.ops if not isinstance(op, (Alloc, Free))], False
-        for op in ops + ops:  # round the step: its first call follows the previous step's optimizer
-            if isinstance(op, (Collective, Send, Recv)):
-                if across and isinstance(op, Collective):
-                    stepped.add(op.id)
-                across = False
-            elif isinstance(op, Compute) and op.phase == "step":
-                across = True
-        return stepped
 
     def _all_at_once(self) -> float:
         """How much slower a rank computes with every rank of the world computing at once on shared cores (1
@@ -243,7 +228,7 @@ class OpCosts:
         where no such call came first (tp, pp), as the backward leaves them (``step_concat_cold``); none where the
         rank keeps only its reduced shard of them (ZeRO-2 and 3) or offloads them (the host steps what was
         copied to it)."""
-        cold = "cold_" if not any(isinstance(op, Collective) and op.payload == "grads" for op in prog.ops) else ""
+        cold = "" if prog.reduces_grads() else "cold_"
         per_tensor = overheads.get(f"{cold}concat_tensor", 0.0)
         per_element = overheads.get(f"{cold}concat_element", 0.0)
         if not (per_tensor or per_element) or self._kept_sharded("grads"):  # offloaded: not kept on the device

@@ -32,6 +32,8 @@ def test_calibrate_then_validate_end_to_end(tmp_path, cli):
     assert data["machine"]["host_speed"] > 1e5  # the spinners' loop while it ran: iterations per CPU second
     assert set(data["send_issue"]) == {"2"} and data["send_issue"]["2"] > 0  # an isend takes some time
     assert set(data["late_recv"]) == {"2"} and data["late_recv"]["2"] >= 0
+    # ... and by the ranks computing while it waits: at 2 ranks only its sender, late_worker's one pair
+    assert data["late_recv_busy"] == {"2": {"1": data["late_recv"]["2"]}}
     assert set(data["samples"]["shared"]["2"]["late"]) == {"4096", "65536"}  # a late receive by message size
     # an isend's hold, its mean and spread read from every one timed (the simulator draws from the spread)
     assert data["send_issue"]["2"] == pytest.approx(statistics.fmean(shared["issued"]))

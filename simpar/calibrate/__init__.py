@@ -21,7 +21,7 @@ from simpar.calibrate.bench import (PATTERN_OPS, PHASE_UNITS, SHORT_LOOPS, burst
                                    pattern_worker, phase_cost, phase_worker, ring_worker)
 from simpar.calibrate.compute_bench import compute_worker
 from simpar.calibrate.lag import later_steps, wake_curve
-from simpar.calibrate.pipeline_bench import late_recv_cost, late_worker, relay_worker
+from simpar.calibrate.pipeline_bench import busy_late_worker, late_recv_cost, late_worker, relay_worker
 from simpar.calibrate.fits import (adam_per_tensor, fit_collective_costs, fit_compute, fit_line, fit_optimizer_step,
                                   fit_sharded_work, fit_tensor_work, ring_price, ring_steps, step_bytes)
 from simpar.calibrate.profile import PHASE_SIZE, SHORT_SIZE, HardwareProfile, machine_id
@@ -63,6 +63,8 @@ def _both(ctx, precision: str, repeats: int) -> dict:
             "pattern": pattern_worker(ctx, PATTERN_SIZES, repeats),
             "relay": relay_worker(ctx, 3 * repeats),
             "late": late_worker(ctx, 10 * repeats),
+            # (at 2 ranks its one pair is late_worker's: nothing more to time)
+            "busy_late": busy_late_worker(ctx, 10 * repeats) if ctx.world > 2 else {},
             "phases": phase_worker(ctx, PHASE_SIZE, PHASE_SECONDS * repeats / 10, ps_size=PATTERN_SIZES[-1],
                                    short_size=SHORT_SIZE)}
 
@@ -130,6 +132,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
     slowdown, ring, wake, handoff, resume, resume_after_recv, shared = {"1": 1.0}, {}, {}, {}, {}, {}, {}
     handoff_step: dict[str, float] = {}
     curve, ps_curve, phase, unit_alone, issue, worker_server, short_wake, late = {}, {}, {}, {}, {}, {}, {}, {}
+    late_busy = {}
     later_calls, last_calls, series_calls, resume_short, resume_tail, later = {}, {}, {}, {}, {}, {}
     issue_spread = {}
     for world in worlds:
@@ -200,6 +203,9 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
             series_calls[str(world)] = timed[0]["calls"], statistics.fmean(r["compute"] for r in timed)
         # a pipeline receive posted after its send: gloo's rendezvous makes it wait for the sender's thread
         late[str(world)] = late_recv_cost([r["late"] for r in ranks], bandwidth)
+        # ... by the ranks computing while it waits, one pair's (a pipeline computes on one or two stages at a time)
+        late_busy[str(world)] = {k: late_recv_cost([r["busy_late"][k] for r in ranks[:2]], bandwidth)
+                                 for k in ranks[0]["busy_late"]} or {"1": late[str(world)]}
         # ... and how much more a call costs after a longer compute (the wait for the slowest rank grows)
         curve_phases, extras, phases = wake_curve(ranks)
         curve[str(world)], phase[str(world)] = [curve_phases, extras], curve_phases[0]
@@ -233,6 +239,9 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
                               "issued": issued,
                               "late_times": {size: [t for r in ranks for t in r["late"][size]]
                                              for size in ranks[0]["late"]},
+                              "late_busy_times": {k: {size: [t for r in ranks[:2] for t in r["busy_late"][k][size]]
+                                                      for size in ranks[0]["busy_late"][k]}
+                                                  for k in ranks[0]["busy_late"]},
                               "back_to_back": [alpha, 1.0 / seconds_per_byte if seconds_per_byte else 1e12], **tail}
         say(f"compute, one rank (pass {len(passes) + 1})")
         passes.append(compute_pass(precision, repeats, timeout))
@@ -262,7 +271,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
     profile = HardwareProfile(machine=machine, compute={precision: compute}, slowdown=slowdown, ring=ring,
                               wake=wake, wake_curve=curve, wake_phase=phase, handoff=handoff, handoff_step=handoff_step,
                               send_issue=issue,
-                              late_recv=late, send_issue_spread=issue_spread,
+                              late_recv=late, late_recv_busy=late_busy, send_issue_spread=issue_spread,
                               worker_server=worker_server, worker_server_curve=ps_curve, wake_short=short_wake,
                               short_size=SHORT_SIZE,
                               resume=resume, series_late=later_calls, series_last=last_calls, series_level=levels,

@@ -51,22 +51,63 @@ def late_worker(ctx, laps: int, sizes: tuple[int, ...] = LATE_SIZES) -> dict:
     with its own work). gloo moves a message only once both ends have posted it: the sender's
     ``isend`` announces it, the receiver's ``recv`` answers, and the sender's gloo thread, on a core its
     own rank is computing on, writes the data. Ranks pair up (0-1, 2-3, ...; an odd one out computes
-    alone) and swap roles lap by lap; every rank computes at once, as a full pipeline's stages do. The
-    sender ``isend``s, computes the unit twice, then waits on the send; the receiver computes the unit
-    once, then posts its receive, timed. {str(bytes): [seconds of each late receive]}."""
+    alone) and swap roles lap by lap; every rank computes at once. {str(bytes): [seconds of each late
+    receive]} (``_late_laps``)."""
     comm, rank, n = CountingComm(ctx.rank), ctx.rank, ctx.world
     unit, partner = _unit_burst(), rank ^ 1
-    out: dict[str, list[float]] = {}
     for _ in range(3):
         unit()
+    out: dict[str, list[float]] = {}
+    for size in sizes:
+        dist.barrier()
+        if partner >= n:
+            for _ in range(laps + 2):
+                unit()
+                unit()
+            out[str(size)] = []
+        else:
+            out.update(_late_laps(comm, rank, partner, unit, laps, (size,)))
+    dist.barrier()
+    return out
+
+
+def busy_late_worker(ctx, laps: int, sizes: tuple[int, ...] = LATE_SIZES) -> dict:
+    """``late_worker``'s late receives of one pair (ranks 0 and 1) while ``k`` other ranks compute the unit
+    without a pause, for every k from 0 to world - 2, the rest blocked at a barrier: what a late receive costs
+    by the ranks computing while it waits (the sender, computing its units, and the k), not by the ranks there
+    are. A pipeline on fewer cores than stages computes on one or two stages at a time (pp at 4 ranks on 2
+    cores: 1.3 stages on average), and its late receives took 1.9 ms on average, where ``late_worker``'s, every
+    rank computing, took 4.6 (docs/calibration.md). {str(ranks computing): {str(bytes): [seconds of each late
+    receive]}} on ranks 0 and 1, {} on the others. The busy ranks stop when rank 0 says so through the
+    process group's store, read between units (a gloo ``irecv`` never reads completed until waited on)."""
+    comm, rank, n = CountingComm(ctx.rank), ctx.rank, ctx.world
+    store = dist.distributed_c10d._get_default_store()
+    unit, out = _unit_burst(), {}
+    for _ in range(3):
+        unit()
+    for busy in range(n - 1):
+        done = f"simpar-busy-late-{busy}"
+        dist.barrier()
+        if rank < 2:
+            out[str(busy + 1)] = _late_laps(comm, rank, rank ^ 1, unit, laps, sizes)
+            if rank == 0:
+                store.set(done, "1")
+        elif rank < 2 + busy:
+            while not store.check([done]):
+                unit()
+    dist.barrier()
+    return out
+
+
+def _late_laps(comm: CountingComm, rank: int, partner: int, unit, laps: int, sizes: tuple[int, ...]) -> dict:
+    """One pair's late receives, roles swapped lap by lap: the sender ``isend``s, computes the unit twice,
+    then waits on the send; the receiver computes the unit once, then posts its receive, timed, so the
+    receive is posted while the sender computes. {str(bytes): [seconds of each late receive]}."""
+    out: dict[str, list[float]] = {}
     for size in sizes:
         message, took = torch.zeros(max(size // 4, 1)), []
-        dist.barrier()
         for lap in range(laps + 2):
-            if partner >= n:
-                unit()
-                unit()
-            elif (lap + rank) % 2 == 0:  # the sender
+            if (lap + rank) % 2 == 0:  # the sender
                 request = comm.isend(message, partner)
                 unit()
                 unit()
@@ -79,7 +120,6 @@ def late_worker(ctx, laps: int, sizes: tuple[int, ...] = LATE_SIZES) -> dict:
                     took.append(time.perf_counter() - began)
                 unit()
         out[str(size)] = took
-    dist.barrier()
     return out
 
 

@@ -75,6 +75,10 @@ class HardwareProfile:
     # world -> seconds a pipeline receive posted after its send takes beyond its bytes (late_worker: gloo moves
     # a message once both ends posted it); empty in older profiles: a receive waits for the data alone
     late_recv: dict[str, float] = field(default_factory=dict)
+    # world -> ranks computing while a late receive waits (its sender and others) -> its seconds beyond its bytes
+    # (busy_late_worker: one pair, the others computing or blocked); empty in older profiles: ``late_recv``,
+    # read at the ranks runnable
+    late_recv_busy: dict[str, dict[str, float]] = field(default_factory=dict)
     # world -> the spread of ``send_issue``, the quantiles of its samples over their mean (simpar/spread.py): the
     # simulator draws each pipeline send's hold from it; empty in older profiles: every send at its mean
     send_issue_spread: dict[str, list[float]] = field(default_factory=dict)
@@ -326,6 +330,8 @@ class HardwareProfile:
         topology.handoff_step_by_ranks = {int(k): float(v) for k, v in self.handoff_step.items()} or None
         topology.send_issue_by_ranks = {int(k): float(v) for k, v in self.send_issue.items()} or None
         topology.late_recv_by_ranks = {int(k): float(v) for k, v in self.late_recv.items()} or None
+        topology.late_recv_by_computing = {int(k): float(v) for k, v in  # measured for that world alone
+                                           self.late_recv_busy.get(str(world), {}).items()} or None
         topology.send_issue_spread = {int(k): list(v) for k, v in self.send_issue_spread.items() if v} or None
         if str(world) in self.series_late:  # measured where ranks do not outnumber cores, for that world alone
             topology.series_late = (SERIES + 1, float(self.series_late[str(world)]))

@@ -191,6 +191,13 @@ def _save_and_show(profile, args, precision: str, what: str = "") -> int:
             first = "-" if compute is None else f"{_signed(extra)} after {units.human_time(compute)}"
             print(f"  {world:>5}   {units.human_time(profile.late_recv[str(world)]):>78}   {shift:>64}   {level:>54}"
                   f"   {first:>30}   {last:>26}")
+    if profile.late_recv_busy:  # measured since the forty-seventh stop: what the simulator reads where present
+        print("  ranks   pipeline receive posted after its send, by the ranks computing while it waits"
+              " (one pair, the others computing or idle)")
+        for world in sorted(int(k) for k in profile.late_recv_busy):
+            table = profile.late_recv_busy[str(world)]
+            print(f"  {world:>5}   " + ", ".join(f"{units.human_time(table[k])} with {k} computing"
+                                               for k in sorted(table, key=int)))
     return 0
 
 

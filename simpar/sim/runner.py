@@ -213,7 +213,7 @@ class Simulator:
         arrival = self._arrival(op.tag)
         if self.cores is None or op.tag not in self.send_issued:
             return arrival
-        late = self.topology.late_recv(self._runnable(prog))
+        late = self.topology.late_recv(self._runnable(prog), self.cores.computing())
         if not late:
             return arrival
         rank = prog.ranks[0]

@@ -135,6 +135,9 @@ class Topology:
         # waits for the round trip through the sender's gloo thread, which shares a core with its compute (a
         # calibrated profile's late_recv; None elsewhere: a receive waits for the data to land, no longer)
         self.late_recv_by_ranks: dict[int, float] | None = None
+        # the same by the ranks computing at the receive's posting, measured as such (a calibrated profile's
+        # late_recv_busy: one pair, the others computing or not); where present, read instead of the above
+        self.late_recv_by_computing: dict[int, float] | None = None
         # the spread of a send's hold, by ranks runnable: quantiles over the mean (simpar/spread.py); None: every
         # send at its mean
         self.send_issue_spread: dict[int, list[float]] | None = None
@@ -285,9 +288,12 @@ class Topology:
         mean = _by_ranks(self.send_issue_by_ranks, runnable)
         return mean if draw is None else mean * factor(self.send_issue_spread, runnable, draw)
 
-    def late_recv(self, runnable: int) -> float:
-        """Seconds a pipeline receive posted after its send takes while ``runnable`` ranks compute or call
-        (0 without the table: it waits for the data alone)."""
+    def late_recv(self, runnable: int, computing: int | None = None) -> float:
+        """Seconds a pipeline receive posted after its send takes while ``computing`` ranks compute, where
+        measured so (``late_recv_by_computing``), else while ``runnable`` ranks compute or call (0 without
+        either table: it waits for the data alone)."""
+        if self.late_recv_by_computing and computing is not None:
+            return _by_ranks(self.late_recv_by_computing, computing)
         return _by_ranks(self.late_recv_by_ranks, runnable)
 
     @property

@@ -8,6 +8,7 @@ from simpar.models import model
 from simpar.plan import Recv, Send
 from simpar.scenario import make_scenario
 from simpar.sim import simulate
+from simpar.strategies import build_plan
 from tests.test_calibrate import _profile
 
 
@@ -58,8 +59,6 @@ def test_a_late_receive_is_priced_at_the_ranks_computing_when_it_is_posted(monke
     assert seen and all(isinstance(c, int) and 0 <= c <= 4 for c, _ in seen)
     assert all(price < 9e-3 for _, price in seen)  # never the table by ranks runnable
     assert {c for c, _ in seen} - {0, 1}  # the pipeline posts some with more than one rank computing
-    from simpar.strategies import build_plan
-
     plan = build_plan(_scenario())
     sends = {program.ops[e["op"]].tag: e["start"] for timeline, program in zip(result.op_timeline, plan.programs)
              for e in timeline["ops"] if isinstance(program.ops[e["op"]], Send)}

@@ -27,7 +27,7 @@ def test_calibrate_then_validate_end_to_end(tmp_path, cli):
     shared = data["samples"]["shared"]["2"]
     burst = {"own_ratio": shared["burst_own_ratio"], "ratio": shared["burst_ratio"]}
     assert data["slowdown"]["2"] == pytest.approx(ranks_slowdown(burst, 2, os.cpu_count() or 1))
-    assert shared["burst_own"] > 0 and shared["burst_own_ratio"] > 0
+    assert shared["burst_own"] > 0 and shared["burst_own_ratio"] > 0 and shared["burst_ranks_own_ratio"] > 0
     assert all(row["timed_steps"] >= 2 for row in data["samples"]["compute"])
     assert data["machine"]["host_speed"] > 1e5  # the spinners' loop while it ran: iterations per CPU second
     assert set(data["send_issue"]) == {"2"} and data["send_issue"]["2"] > 0  # an isend takes some time

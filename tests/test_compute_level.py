@@ -13,11 +13,13 @@ from simpar.real.launch import launch
 from tests.test_validate_retime import _pass, _profile
 
 
-def test_ranks_that_fit_the_cores_take_their_own_pace_and_more_take_the_time_sliced_rounds():
-    burst = {"own_ratio": 0.98, "ratio": 0.9}
+def test_ranks_that_fit_the_cores_take_their_own_pace_and_more_take_their_paces_averaged():
+    burst = {"own_ratio": 0.98, "ranks_own_ratio": 0.9, "ratio": 0.9}
     assert calibrate.ranks_slowdown(burst, 2, cores=2) == 0.98  # either side of 1: not held at the slower
     assert calibrate.ranks_slowdown(burst, 4, cores=2) == 1.0  # time-sliced: below 1 is noise
-    assert calibrate.ranks_slowdown({"own_ratio": 1.0, "ratio": 2.4}, 4, cores=2) == 2.4
+    # time-sliced: every rank's own pace, not rank 0's alone nor the slowest rank's rounds
+    assert calibrate.ranks_slowdown({"own_ratio": 1.9, "ranks_own_ratio": 2.1, "ratio": 2.6}, 4, cores=2) == 2.1
+    assert calibrate.ranks_slowdown({"own_ratio": 1.0, "ratio": 2.4}, 4, cores=2) == 2.4  # a burst without it
 
 
 def _uneven_burst(ctx) -> dict:
@@ -27,11 +29,13 @@ def _uneven_burst(ctx) -> dict:
 
 
 def test_a_slower_peer_does_not_slow_a_ranks_own_compute():
-    """The rounds wait for the slower rank (together 5x rank 0's alone); rank 0's own pace is its pace alone."""
+    """The rounds wait for the slower rank (together 5x rank 0's alone); rank 0's own pace is its pace alone, the
+    ranks' own paces averaged are (1 + 5) / 2 ms over rank 0's 1 ms alone."""
     burst = launch(_uneven_burst, 2, timeout=120)[0]
     assert burst["ratio"] > 3.5
     assert 0.7 < burst["own_ratio"] < 1.5
     assert burst["own"] > 2e-3  # averaged over the ranks: 1 and 5 ms
+    assert 2.2 < burst["ranks_own_ratio"] < 4.0
 
 
 def test_retimed_keeps_the_calibrated_slowdown():

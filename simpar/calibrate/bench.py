@@ -370,7 +370,9 @@ def burst_worker(ctx, repeats: int, rounds: int = 5, seconds: float = 0.0) -> di
     the rounds; "own_ratio" (rank 0's): the median of its own time together over its time alone, round by
     round: how much slower a rank computes beside the others, the same work on the same core moments apart,
     without the wait for the slowest rank that "together" holds (the calls after a compute pay that:
-    ``wake_curve``). 2 ranks on 2 cores: 0.99-1.00, where together / alone read 1.06-1.23 (2026-11-27)."""
+    ``wake_curve``). 2 ranks on 2 cores: 0.99-1.00, where together / alone read 1.06-1.23 (2026-11-27).
+    "ranks_own_ratio": the same for every rank, averaged over the ranks round by round (rank 0's alone for
+    all): where ranks outnumber the cores their own paces differ by their share of the time slices."""
     unit = _unit_burst()
     seconds_each = []
     for _ in range(20 * repeats + 3):
@@ -400,7 +402,10 @@ def burst_worker(ctx, repeats: int, rounds: int = 5, seconds: float = 0.0) -> di
     ratio = statistics.median(t / a for t, a in zip(together, alone))
     ranks_own = torch.tensor(own, dtype=torch.float64)
     dist.all_reduce(ranks_own)  # every rank's own time, round by round, averaged over the ranks
+    rank0_alone = torch.tensor(alone, dtype=torch.float64)
+    dist.broadcast(rank0_alone, 0)  # (the others' "alone" is their wait in the barrier)
     return {"each": statistics.fmean(seconds_each[3:]), "together": statistics.median(together),
             "alone": statistics.median(alone), "ratio": ratio, "rounds": len(alone),
             "own": statistics.median((ranks_own / ctx.world).tolist()),
-            "own_ratio": statistics.median(m / a for m, a in zip(own, alone))}
+            "own_ratio": statistics.median(m / a for m, a in zip(own, alone)),
+            "ranks_own_ratio": statistics.median((ranks_own / ctx.world / rank0_alone).tolist())}

@@ -118,7 +118,8 @@ def ranks_slowdown(burst: dict, world: int, cores: int) -> float:
     slowest rank's, time slices handed out unevenly) paid that lead twice too. Three 21-case windows priced
     every data-parallel strategy's compute at 4 ranks 14-46 % over its measured per-op times (forty-eighth
     stop, docs/calibration.md), the Worker-Server's, whose calls were priced right, most of all; the rounds
-    read 2.35 / 2.65x at 4 ranks where the ranks' own paces read 2.07 / 2.19x."""
+    read 2.35 / 2.65x at 4 ranks where rank 0's own pace read 2.07 / 2.19x, and the ranks' averaged 2.08-2.43x in
+    the six calibrations after (2026-12-01)."""
     if world <= cores:
         return burst["own_ratio"]
     return max(burst.get("ranks_own_ratio", burst["ratio"]), 1.0)

@@ -59,13 +59,16 @@ def wake_curve(ranks: list[dict], kind: str = "") -> tuple[list[float], list[flo
 
 def later_steps(calls: list[float], extras: list[float], steps: float, wake: float) -> float:
     """What a call's ring steps after its first pay beyond their price, after a compute (``phase_worker``'s loops,
-    where the ranks fit the cores): the mean of the loops' calls (``calls``) over what the simulator charges them,
+    at every world size): the mean of the loops' calls (``calls``) over what the simulator charges them,
     their steps (``steps``, the ring's price of the loops' all-reduce), the first call's wake and the curve's rise
     (``extras``), at 0 or more. Why the later steps: at 2 ranks the loops' all-reduces (two ring steps) read above
     that price in 19 of 21 calibrations (+0.64 ms on average, most after 4 to 16 units), while the ZeRO stages'
     calls of one step after their backward and step were priced within a few per cent, and DDP's all-reduce of
     4 bytes in its own step spent 2.1 ms on average in its second exchange against the ring's 0.86 ms a step
-    (docs/calibration.md, the fortieth stop)."""
+    (docs/calibration.md, the fortieth stop). Where the ranks outnumber the cores the loops sat above their price
+    too, the ring's in 6 of 7 calibrations at 4 ranks (+2.3 ms on average) and 5 of 6 at 8 (+3.4 ms), while the
+    executor's own calls there took 1.0-1.6 ms a step more than the ring's price once every rank had entered them
+    (zero1 and ddp at 4 ranks, forty-ninth stop): fitted there as well since profile version 20."""
     if not calls:
         return 0.0
     return max(statistics.fmean(call - steps - wake - extra for call, extra in zip(calls, extras)), 0.0)

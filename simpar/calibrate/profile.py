@@ -42,7 +42,7 @@ from simpar.topologies.graph import Topology
 if TYPE_CHECKING:
     from simpar.calibrate.gpu_profile import GPUProfile
 
-VERSION = 19
+VERSION = 20
 PHASE_SIZE = 2**18  # bytes of the all-reduce after the calibration's long computes (phase_worker)
 # ... and after its short ones: a tensor-parallel activation's size (tiny-deep's at micro-batch 2), where the
 # bytes cost a few microseconds and the fitted bandwidth's error cannot leak into ``wake_short`` (see there)
@@ -128,7 +128,8 @@ class HardwareProfile:
     # (calibrate/tail.py), where the ranks fit the cores; empty: only the first pays
     resume_tail: dict[str, float] = field(default_factory=dict)
     # world -> seconds a ring call's steps after its first pay, together, beyond their price after a compute (the
-    # phase loops' calls over their price: calibrate/lag.py's ``later_steps``), where the ranks fit the cores
+    # phase loops' calls over their price: calibrate/lag.py's ``later_steps``), every world measured (profiles
+    # before version 20 kept it only where the ranks fit the cores)
     later_steps: dict[str, float] = field(default_factory=dict)
     # precision -> [seconds, params/s] of the executor's optimizer (Adam) step op on one rank, timed inside
     # its step (compute_worker); empty in older profiles: the bare-tensor rate, no overhead

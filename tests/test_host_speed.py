@@ -237,3 +237,17 @@ def test_the_resume_benchmark_sets_each_compute_after_a_call_against_it_without_
     s = bench.summary([rank0, rank1])
     assert s["forward"] == pytest.approx((14 / 3, 19 / 3, 5 / 3))
     assert s["products"] == (2.0, 2.0, 0.0)
+
+
+def test_the_call_entries_benchmark_splits_a_call_where_its_last_rank_enters():
+    """Three ranks' logs of (step, op id, start, end): the first step is left out; per later step the entry
+    spread, each rank's mean lag behind the last in, the mean time from that entry to each rank's end, and the
+    spread of the ends; only the steps every rank logged count."""
+    bench = _benchmark("call_entries")
+    logs = [[(0, 7, 0.0, 9.0), (1, 7, 10.0, 16.0), (2, 7, 20.0, 25.0), (1, 3, 0.0, 1.0)],
+            [(0, 7, 0.0, 9.0), (1, 7, 12.0, 17.0), (2, 7, 20.0, 26.0)],
+            [(0, 7, 0.0, 9.0), (1, 7, 13.0, 15.0), (2, 7, 23.0, 27.0), (3, 7, 30.0, 31.0)]]
+    rows = bench.entries(logs, 7)
+    assert rows == [(3.0, pytest.approx(4 / 3), pytest.approx(3.0), 2.0),  # entries 10, 12, 13; ends 16, 17, 15
+                    (3.0, 2.0, pytest.approx(3.0), 2.0)]  # entries 20, 20, 23; ends 25, 26, 27
+    assert bench.entries(logs, 3) == []  # an op only one rank logged

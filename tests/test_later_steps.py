@@ -76,6 +76,17 @@ def test_at_four_ranks_a_call_pays_its_share_of_the_loops_later_steps():
         assert extra == pytest.approx(LATER * 2 / 5 if op != "allreduce" else LATER, rel=1e-12)
 
 
+@pytest.mark.parametrize("strategy, world, share", [("ddp", 4, 1.0), ("ddp", 8, 1.0), ("zero2", 8, 6 / 13)])
+def test_where_ranks_outnumber_the_cores_calls_pay_their_share_too(strategy, world, share):
+    """Fitted at every world size since profile version 20: at 8 ranks the loops' all-reduce has 13 steps after
+    its first, DDP's all-reduce all of them, ZeRO-2's 7-step reduce-scatter and all-gather 6."""
+    plan, costs = _costs(strategy, world, later_steps={"2": LATER})
+    _, plain = _costs(strategy, world)
+    paid = [costs.wake(0, op) - plain.wake(0, op) for op in plan.programs[0].ops
+            if isinstance(op, Collective) and costs.wakes(0, op) and costs.after_compute[(0, op.id)] >= 1e-4]
+    assert paid and all(extra == pytest.approx(LATER * share, rel=1e-12) for extra in paid)
+
+
 def test_only_the_world_measured_pays_and_profiles_average_it():
     profile = _profile(**WAKE, later_steps={"2": LATER})
     assert profile.topology(2, "fp32").later_steps == LATER

@@ -94,7 +94,8 @@ def main() -> None:
                                     for i in range(4))
         later, handling = costs.later_steps(op, costs.after_compute.get((0, op.id), 0.0)), costs.handling(op)
         wait = costs.wake(0, op) - later - handling if costs.wakes(0, op) else 0.0
-        steps = ring_price(op.op, op.nbytes, args.gpus, alpha, bytes_per_s) if op.algo in (None, "ring") else float("nan")
+        ring = op.algo in (None, "ring")
+        steps = ring_price(op.op, op.nbytes, args.gpus, alpha, bytes_per_s) if ring else float("nan")
         print(f"{op.op} ({op.algo or 'ring'}, {op.nbytes} B): {spread:.2f} ({lag:.2f}) | {after:.2f} | {left:.2f} || "
               f"{1e3 * wait:.2f} | {1e3 * steps:.2f}, {1e3 * later:.2f}, {1e3 * handling:.2f}")
 

@@ -81,6 +81,9 @@ def test_calibrate_then_validate_end_to_end(tmp_path, cli):
     priced = ring_price("allreduce", data["short_size"], 2, *data["ring"]["2"])
     for (compute, call), (short, paid) in zip(timed, data["wake_short"]["2"]):
         assert short == compute and call > 0 and paid == pytest.approx(call - priced)
+    # the executor's own series timed at the profile's precision (fp32: four bytes an element)
+    gathers = data["samples"]["shared"]["2"]["series_calls"]
+    assert gathers and all(call["bytes"] == 4 * call["elements"] for call in gathers)
     # the phase loops' calls over their price, their later steps' (kept for every world calibrated)
     from simpar.calibrate.lag import later_steps
 

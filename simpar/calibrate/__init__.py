@@ -203,7 +203,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
         # time slices instead (20-29 ms a call at 8 ranks on 2 cores, its position's effect lost in them)
         positions = []
         if fit_cores:
-            timed = launch(series_worker, world, (SERIES_SECONDS * repeats / 10,), timeout=timeout)
+            timed = launch(series_worker, world, (SERIES_SECONDS * repeats / 10, precision), timeout=timeout)
             series = [r["series"] for r in timed]
             positions, later_calls[str(world)] = series_positions(series), series_late(series) / (world - 1)
             last_calls[str(world)] = series_last(series) / (world - 1)  # ... and its last, before a compute
@@ -235,6 +235,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
         short_wake[str(world)] = [[compute, call - ring_price("allreduce", SHORT_SIZE, world, step_alpha, bandwidth)]
                                   for compute, call in short_calls]
         shared[str(world)] = {"ring_seconds": steps, "pattern": rows, "pattern_compute": inside, "series": positions,
+                              "series_calls": series_calls[str(world)][0] if positions else [],
                               "wake_fitted_with_the_steps": fit_collective_costs(ring_rows)[0],
                               "pattern_compute_without_calls": without, "burst_together": burst["together"],
                               "burst_own": burst["own"], "burst_own_ratio": burst["own_ratio"],

@@ -42,7 +42,7 @@ from simpar.topologies.graph import Topology
 if TYPE_CHECKING:
     from simpar.calibrate.gpu_profile import GPUProfile
 
-VERSION = 20
+VERSION = 21
 PHASE_SIZE = 2**18  # bytes of the all-reduce after the calibration's long computes (phase_worker)
 # ... and after its short ones: a tensor-parallel activation's size (tiny-deep's at micro-batch 2), where the
 # bytes cost a few microseconds and the fitted bandwidth's error cannot leak into ``wake_short`` (see there)

@@ -110,23 +110,26 @@ def timed_series(compute, calls: list, seconds: float, after=None) -> list[list[
     return marks
 
 
-def series_worker(ctx, seconds: float = SERIES_SECONDS) -> dict:
-    """The executor's own series: tiny-deep under ZeRO-3 on ``ctx.world`` ranks (``RankExecutor``, after
-    three steps), a compute of about a layer's piece (``SERIES_COMPUTE`` of small products), then the
-    gathers of the third layer's modules that come before its forward, each through the executor's own
-    collective code, every rank at once, repeated (the modules released again after each) until ``seconds``
-    have passed. {"series": [[compute end, each call's end] per repetition, clock times], "compute": mean
-    seconds of the compute before each}. A ZeRO-3 step's series follow a layer's forward or backward (0.6-0.9
-    ms each at 2 ranks in the executor's step), not a unit's forward and backward: after the unit (2 ms) the
-    series' first gather took 1.34-1.36 ms and its second to fourth 0.69-0.73; after 0.8 ms of compute
-    0.67-0.74 and 0.58-0.63; in the executor's step (40 steps, per op) 0.79 and 0.58 (2 ranks, 2026-11-27)."""
+def series_worker(ctx, seconds: float = SERIES_SECONDS, precision: str = "fp32") -> dict:
+    """The executor's own series: tiny-deep under ZeRO-3 on ``ctx.world`` ranks at ``precision`` (the profile's;
+    until the forty-ninth stop an fp32 profile timed bf16-mixed gathers, the scenario's default), ``RankExecutor``
+    after three steps: a compute of about a layer's piece (``SERIES_COMPUTE`` of small products), then the
+    gathers that come before the third layer's forward (the next layer's modules, gathered ahead), each through
+    the executor's own collective code, every rank at once, repeated (the modules released again after each)
+    until ``seconds`` have passed. {"series": [[compute end, each call's end] per repetition, clock times],
+    "compute": mean seconds of the compute before each}. A ZeRO-3 step's series follow a layer's forward or
+    backward (0.6-0.9 ms each at 2 ranks in the executor's step), not a unit's forward and backward: after the
+    unit (2 ms) the series' first gather took 1.34-1.36 ms and its second to fourth 0.69-0.73; after 0.8 ms of
+    compute 0.67-0.74 and 0.58-0.63; in the executor's step (40 steps, per op) 0.79 and 0.58 (2 ranks,
+    2026-11-27)."""
     from simpar.calibrate.bench import _short_burst
     from simpar.models import model
     from simpar.plan import Collective, Compute
     from simpar.real.executor import RankExecutor
     from simpar.scenario import make_scenario
 
-    scenario = make_scenario(model("tiny-deep"), "zero3", ctx.world, micro_batch=2, topology="cpu-host")
+    scenario = make_scenario(model("tiny-deep"), "zero3", ctx.world, micro_batch=2, topology="cpu-host",
+                             precision=precision)
     executor = RankExecutor(ctx, scenario, seed=0)
     try:
         for step in range(3):

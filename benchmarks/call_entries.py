@@ -90,10 +90,10 @@ def main() -> None:
     for op in plan.programs[0].ops:
         if not isinstance(op, Collective) or op.group == "tp":
             continue
-        spread, lag, after, left = (1e3 * statistics.fmean(row[i] for row in entries([r["log"] for r in ranks], op.id))
-                                    for i in range(4))
+        rows = entries([r["log"] for r in ranks], op.id)
+        spread, lag, after, left = (1e3 * statistics.fmean(row[i] for row in rows) for i in range(4))
         later, handling = costs.later_steps(op, costs.after_compute.get((0, op.id), 0.0)), costs.handling(op)
-        wait = costs.wake(0, op) - later - handling if costs.wakes(0, op) else 0.0
+        wait = costs.wake(0, op) - later - handling  # (0 for a call after another: no wake, no later steps)
         ring = op.algo in (None, "ring")
         steps = ring_price(op.op, op.nbytes, args.gpus, alpha, bytes_per_s) if ring else float("nan")
         print(f"{op.op} ({op.algo or 'ring'}, {op.nbytes} B): {spread:.2f} ({lag:.2f}) | {after:.2f} | {left:.2f} || "

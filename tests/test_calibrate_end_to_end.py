@@ -84,6 +84,14 @@ def test_calibrate_then_validate_end_to_end(tmp_path, cli):
     # the executor's own series timed at the profile's precision (fp32: four bytes an element)
     gathers = data["samples"]["shared"]["2"]["series_calls"]
     assert gathers and all(call["bytes"] == 4 * call["elements"] for call in gathers)
+    # ... after a forward and, in turn, after a backward: the layer's reduce-scatter, then the gathers after it,
+    # each timed by place; the reduce-scatter's own level against its price, where the series was timed
+    shared = data["samples"]["shared"]["2"]
+    scatter, *after = shared["series_calls_bwd"]
+    assert scatter["op"] == "reducescatter" and after and {call["op"] for call in after} == {"allgather"}
+    assert len(shared["series_bwd"]) == len(shared["series_calls_bwd"]) and min(shared["series_bwd"]) > 0
+    assert set(data["scatter_level"]) == set(data["series_late"])
+    assert all(abs(level) < 1.0 for level in data["scatter_level"].values())
     # the phase loops' calls over their price, their later steps' (kept for every world calibrated)
     from simpar.calibrate.lag import later_steps
 

@@ -27,10 +27,31 @@ def test_the_level_is_the_second_to_fourth_calls_beyond_a_bare_calls_price():
 
     for world, beyond in ((2, [3e-4, 1e-4, 2e-4]), (4, [9e-4, 3e-4, 6e-4])):
         positions = [2e-3] + [price(c, world) + e for c, e in zip(calls[1:4], beyond)] + [1e-3] * 4
-        assert series_level(positions, calls, world, alpha, rate, handling) == pytest.approx(
+        assert series_level([(positions, calls)], world, alpha, rate, handling) == pytest.approx(
             sum(beyond) / 3 / (world - 1))
-    assert series_level([1e-3] * 3, calls[:3], 2, alpha, rate, handling) == 0.0
-    assert series_level([1e-3] * 8, calls[:7], 2, alpha, rate, handling) == 0.0
+    assert series_level([([1e-3] * 3, calls[:3])], 2, alpha, rate, handling) == 0.0
+    assert series_level([([1e-3] * 8, calls[:7])], 2, alpha, rate, handling) == 0.0
+    assert series_level([], 2, alpha, rate, handling) == 0.0
+
+
+def test_the_level_pools_the_patterns_after_a_forward_and_after_a_backward():
+    """``series_worker`` times a series after a forward (gathers only) and one after a backward (the layer's
+    reduce-scatter, then gathers): the level is the mean over both patterns' second to fourth calls, each
+    beyond its own price (the reduce-scatter's place is the backward's first, not among them); a pattern too
+    short to have a fourth call adds nothing."""
+    from simpar.calibrate.series import series_level
+
+    gather = {"op": "allgather", "bytes": 16640, "tensors": 2, "elements": 4160}
+    scatter = {"op": "reducescatter", "bytes": 199936, "tensors": 16, "elements": 49984}
+    alpha, rate, handling = 5e-4, 1e9, [2e-6, 1e-9]
+    price = alpha + 16640 / 2 / rate + 2 * 2e-6 + 4160 * 1e-9  # 2 ranks: one ring step of half the bytes
+    forward = ([2e-3] + [price + 1e-4] * 3 + [1e-3] * 4, [gather] * 8)
+    backward = ([3e-3] + [price + 3e-4] * 3 + [1e-3] * 5, [scatter] + [gather] * 8)
+    assert series_level([forward], 2, alpha, rate, handling) == pytest.approx(1e-4)
+    assert series_level([backward], 2, alpha, rate, handling) == pytest.approx(3e-4)
+    assert series_level([forward, backward], 2, alpha, rate, handling) == pytest.approx(2e-4)
+    assert series_level([forward, ([3e-3, price], [scatter, gather])], 2, alpha, rate, handling) == pytest.approx(
+        1e-4)
 
 
 def test_zero3_gathers_from_the_second_of_a_series_pay_the_level_exactly():

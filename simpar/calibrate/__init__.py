@@ -25,8 +25,8 @@ from simpar.calibrate.pipeline_bench import busy_late_worker, late_recv_cost, la
 from simpar.calibrate.fits import (adam_per_tensor, fit_collective_costs, fit_compute, fit_line, fit_optimizer_step,
                                   fit_sharded_work, fit_tensor_work, ring_price, ring_steps, step_bytes)
 from simpar.calibrate.profile import PHASE_SIZE, SHORT_SIZE, HardwareProfile, machine_id
-from simpar.calibrate.series import (SERIES, SERIES_SECONDS, series_first, series_last, series_late, series_level,
-                                    series_positions, series_wake, series_worker)
+from simpar.calibrate.series import (SERIES, SERIES_SECONDS, scatter_level, series_first, series_last, series_late,
+                                    series_level, series_positions, series_wake, series_worker)
 from simpar.calibrate.tail import fit_tail, position_means, tail_worker
 from simpar.calibrate.tp_bench import fit_tp_pieces, tp_piece_worker
 from simpar.real import awake, gloo_threads, host_speed
@@ -201,13 +201,16 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
         # the fifth and later calls of a series after computing (the executor's own ZeRO-3 gathers), per ring
         # step of the all-gathers timed (world - 1 each). Where ranks outnumber the cores every call waits for
         # time slices instead (20-29 ms a call at 8 ranks on 2 cores, its position's effect lost in them)
-        positions = []
+        # Two patterns in turn, after a forward and after a backward (its reduce-scatter, then gathers), pooled
+        positions, positions_bwd = [], []
         if fit_cores:
             timed = launch(series_worker, world, (SERIES_SECONDS * repeats / 10, precision), timeout=timeout)
-            series = [r["series"] for r in timed]
-            positions, later_calls[str(world)] = series_positions(series), series_late(series) / (world - 1)
-            last_calls[str(world)] = series_last(series) / (world - 1)  # ... and its last, before a compute
-            series_calls[str(world)] = timed[0]["calls"], statistics.fmean(r["compute"] for r in timed)
+            series, series_bwd = [r["series"] for r in timed], [r["series_bwd"] for r in timed]
+            positions, positions_bwd = series_positions(series), series_positions(series_bwd)
+            later_calls[str(world)] = series_late(series, series_bwd) / (world - 1)
+            last_calls[str(world)] = series_last(series, series_bwd) / (world - 1)  # ... its last, before a compute
+            series_calls[str(world)] = (timed[0]["calls"], statistics.fmean(r["compute"] for r in timed),
+                                        timed[0]["calls_bwd"], statistics.fmean(r["compute_bwd"] for r in timed))
         # a pipeline receive posted after its send: gloo's rendezvous makes it wait for the sender's thread
         late[str(world)] = late_recv_cost([r["late"] for r in ranks], bandwidth)
         # ... by the ranks computing while it waits, one pair's (a pipeline computes on one or two stages at a time)
@@ -236,6 +239,8 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
                                   for compute, call in short_calls]
         shared[str(world)] = {"ring_seconds": steps, "pattern": rows, "pattern_compute": inside, "series": positions,
                               "series_calls": series_calls[str(world)][0] if positions else [],
+                              "series_bwd": positions_bwd,
+                              "series_calls_bwd": series_calls[str(world)][2] if positions else [],
                               "wake_fitted_with_the_steps": fit_collective_costs(ring_rows)[0],
                               "pattern_compute_without_calls": without, "burst_together": burst["together"],
                               "burst_own": burst["own"], "burst_own_ratio": burst["own_ratio"],
@@ -263,11 +268,12 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
     handling, sharded, concat = fit_tensor_work(alone), fit_sharded_work(alone), fit_tensor_work(alone, "concat_s")
     cold_concat = fit_tensor_work(alone, "cold_concat_s")
     # what the executor's ZeRO-3 gathers pay from the second of a series on beyond the price of a bare call
-    levels = {w: series_level(shared[w]["series"], calls, int(w), *ring[w], handling)
-              for w, (calls, _) in series_calls.items()}
+    levels = {w: series_level([(shared[w]["series"], calls), (shared[w]["series_bwd"], calls_bwd)], int(w),
+                              *ring[w], handling)
+              for w, (calls, _, calls_bwd, _) in series_calls.items()}
     # ... and their first, after a layer-sized compute: a point of the wake's share for ZeRO-3's gathers
     firsts = {w: series_first(shared[w]["series"], calls, compute_before, int(w), *ring[w], handling)
-              for w, (calls, compute_before) in series_calls.items()}
+              for w, (calls, compute_before, _, _) in series_calls.items()}
     rates = {}
     for name in ("adam", "sgd"):
         rows = [s for s in host["steps"] if s["optimizer"] == name and "tensors" not in s]
@@ -299,6 +305,10 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
                               copy_bytes_per_s=1.0 / seconds_per_byte if seconds_per_byte else 1e11,
                               samples={"compute": alone, "host": host, "shared": shared,
                                        "ring_sizes": RING_SIZES})
+    # the executor's reduce-scatter of a layer's gradients after its backward (ZeRO-3's), against what the
+    # profile prices it at after that compute
+    profile.scatter_level = {w: scatter_level(profile, int(w), precision, shared[w]["series_bwd"][0], compute_bwd)
+                             for w, (_, _, _, compute_bwd) in series_calls.items() if shared[w]["series_bwd"]}
     if precision == "fp32":  # the executor's tensor-parallel pieces, set against what the fit above prices them
         say("tensor-parallel pieces, one rank")
         pieces = launch(tp_piece_worker, 1, (MODELS, BATCHES, repeats), timeout=timeout)[0]

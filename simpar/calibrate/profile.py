@@ -42,7 +42,7 @@ from simpar.topologies.graph import Topology
 if TYPE_CHECKING:
     from simpar.calibrate.gpu_profile import GPUProfile
 
-VERSION = 21
+VERSION = 22
 PHASE_SIZE = 2**18  # bytes of the all-reduce after the calibration's long computes (phase_worker)
 # ... and after its short ones: a tensor-parallel activation's size (tiny-deep's at micro-batch 2), where the
 # bytes cost a few microseconds and the fitted bandwidth's error cannot leak into ``wake_short`` (see there)
@@ -115,6 +115,9 @@ class HardwareProfile:
     # world -> [compute before the executor's ZeRO-3 series, its first gather beyond its price] (``series_first``):
     # a ZeRO-3 gather's wake share goes through this point instead of ``wake_short``'s, where measured
     series_first: dict[str, list[float]] = field(default_factory=dict)
+    # world -> seconds per ring step the executor's reduce-scatter of a layer's gradients after its backward
+    # (ZeRO-3's, coalesced by module) pays beyond its price there (``scatter_level``), up to the cores; empty: none
+    scatter_level: dict[str, float] = field(default_factory=dict)
     # seconds per op of the plan the executor spends between ops, outside every timed op (compute_worker;
     # 0 in profiles from before it was measured)
     between_ops: float = 0.0
@@ -338,6 +341,7 @@ class HardwareProfile:
             topology.series_late = (SERIES + 1, float(self.series_late[str(world)]))
         topology.series_level = float(self.series_level.get(str(world), 0.0))  # measured for that world alone
         topology.series_last = float(self.series_last.get(str(world), 0.0))  # likewise
+        topology.scatter_level = float(self.scatter_level.get(str(world), 0.0))  # likewise
         if self.series_first.get(str(world)):  # likewise
             topology.gather_short = (tuple(float(x) for x in self.series_first[str(world)]),)
         if self.wake_short:

@@ -53,17 +53,18 @@ def series_positions(series_by_rank: list[list[list[float]]]) -> list[float]:
     return [statistics.fmean(row[i] for row in rows) for i in range(len(rows[0]))] if rows else []
 
 
-def series_late(series_by_rank: list[list[list[float]]]) -> float:
+def series_late(*patterns: list[list[list[float]]]) -> float:
     """Seconds a call from the (``SERIES`` + 1)-th on of a series after computing pays beyond its second to
-    fourth (negative: less), from every rank's [compute end, each call's end] per repetition: per
-    repetition (the ranks' mean) the fifth to the last but one calls' mean (the last pays for the compute
-    that follows it, as the rows' fourth did: ``series_last``) less the second to fourth's; their mean over
-    repetitions, 0 where it lies within twice its standard error of 0 (at 8 ranks on 2 cores a call takes
-    20-29 ms, and 40 repetitions cannot tell a fraction of a millisecond) or the series is too short."""
-    return _paired(series_by_rank, lambda row: statistics.fmean(row[SERIES:-1]) - statistics.fmean(row[1:SERIES]))
+    fourth (negative: less), from every rank's [compute end, each call's end] per repetition (of each pattern
+    timed: ``series_worker``'s after a forward and after a backward, pooled): per repetition (the ranks' mean)
+    the fifth to the last but one calls' mean (the last pays for the compute that follows it, as the rows'
+    fourth did: ``series_last``) less the second to fourth's; their mean over repetitions, 0 where it lies
+    within twice its standard error of 0 (at 8 ranks on 2 cores a call takes 20-29 ms, and 40 repetitions
+    cannot tell a fraction of a millisecond) or the series is too short."""
+    return _paired(patterns, lambda row: statistics.fmean(row[SERIES:-1]) - statistics.fmean(row[1:SERIES]))
 
 
-def series_last(series_by_rank: list[list[list[float]]]) -> float:
+def series_last(*patterns: list[list[list[float]]]) -> float:
     """Seconds the last call of a series, the one a compute follows, pays beyond the (``SERIES`` + 1)-th to
     the last but one, from the same timestamps as ``series_late`` and tested the same way. A rank's last call
     still needs its peer's part of the exchange after the peer's own call has returned, and the peer is
@@ -71,15 +72,16 @@ def series_last(series_by_rank: list[list[list[float]]]) -> float:
     the calls before it did (-0.03 to 0.00 ms, three launches), with the product burst +0.09 to +0.15 ms more;
     the calibrations' series of the thirtieth to thirty-second stops +0.12 to +0.39 ms, the executor's ZeRO-3
     step +0.11 to +0.40 ms at 2 ranks (``benchmarks/series_last_call.py``; docs/calibration.md)."""
-    return _paired(series_by_rank, lambda row: row[-1] - statistics.fmean(row[SERIES:-1]))
+    return _paired(patterns, lambda row: row[-1] - statistics.fmean(row[SERIES:-1]))
 
 
-def _paired(series_by_rank: list[list[list[float]]], difference) -> float:
-    """``difference(calls)`` per repetition (each call's time, the ranks' mean), averaged over the repetitions;
-    0 where that lies within twice its standard error of 0, or with under two repetitions or a series too short
-    to have calls from the (``SERIES`` + 1)-th to the last but one."""
-    rows = [_calls(list(marks)) for marks in zip(*series_by_rank)]
-    if len(rows) < 2 or len(rows[0]) < SERIES + 2:
+def _paired(patterns, difference) -> float:
+    """``difference(calls)`` per repetition (each call's time, the ranks' mean) of every pattern, averaged over
+    all their repetitions; 0 where that lies within twice its standard error of 0, or with under two
+    repetitions or a series too short to have calls from the (``SERIES`` + 1)-th to the last but one."""
+    rows = [_calls(list(marks)) for series_by_rank in patterns for marks in zip(*series_by_rank)]
+    rows = [row for row in rows if len(row) >= SERIES + 2]
+    if len(rows) < 2:
         return 0.0
     drops = [difference(row) for row in rows]
     mean, error = statistics.fmean(drops), statistics.stdev(drops) / len(drops) ** 0.5
@@ -90,86 +92,150 @@ def timed_series(compute, calls: list, seconds: float, after=None) -> list[list[
     """``compute()``, then each of ``calls`` in a row, every rank at once, ten repetitions between barriers,
     until ``seconds`` have passed (rank 0 decides, so every rank stops together); ``after()`` once each
     repetition, untimed. Per repetition [compute end, each call's end], clock times."""
+    return timed_patterns([(None, compute, calls, after)], seconds)[0]
+
+
+def timed_patterns(patterns: list, seconds: float) -> list[list[list[float]]]:
+    """``timed_series`` of several patterns in turn, each repetition all of them one after the other, so that
+    each is timed in the same stretch of the machine's drift: ``patterns`` [(before, compute, calls, after)],
+    ``before()`` and ``after()`` untimed (None: nothing). Per pattern, per repetition [compute end, each
+    call's end], clock times."""
     import torch
     import torch.distributed as dist
 
-    marks, began, more = [], time.perf_counter(), torch.ones(1)
+    marks, began, more = [[] for _ in patterns], time.perf_counter(), torch.ones(1)
     while more.item():
         dist.barrier()
         for _ in range(10):
-            compute()
-            ends = [time.perf_counter()]
-            for call in calls:
-                call()
-                ends.append(time.perf_counter())
-            marks.append(ends)
-            if after is not None:
-                after()
+            for timed, (before, compute, calls, after) in zip(marks, patterns):
+                if before is not None:
+                    before()
+                compute()
+                ends = [time.perf_counter()]
+                for call in calls:
+                    call()
+                    ends.append(time.perf_counter())
+                timed.append(ends)
+                if after is not None:
+                    after()
         more.fill_(float(time.perf_counter() - began < seconds))
         dist.broadcast(more, 0)
     return marks
 
 
+def series_scenario(world: int, precision: str):
+    """The scenario ``series_worker`` runs: tiny-deep under ZeRO-3 on ``world`` ranks at ``precision``."""
+    from simpar.models import model
+    from simpar.scenario import make_scenario
+
+    return make_scenario(model("tiny-deep"), "zero3", world, micro_batch=2, topology="cpu-host", precision=precision)
+
+
+def calls_after(ops: list, unit: int, phase: str) -> list:
+    """The collectives of a program's ``ops`` between the compute of ``unit``'s ``phase`` and the compute after it:
+    ``series_worker``'s after a forward (unit 2's: the third layer's modules, gathered ahead) and after a
+    backward (unit 5's: its reduce-scatter, then an earlier layer's gathers)."""
+    from simpar.plan import Collective, Compute
+
+    computes = [i for i, op in enumerate(ops) if isinstance(op, Compute)]
+    at = next(i for i in computes if ops[i].unit == unit and ops[i].phase == phase)
+    end = next((i for i in computes if i > at), len(ops))
+    return [op for op in ops[at:end] if isinstance(op, Collective)]
+
+
+AFTER_FORWARD, AFTER_BACKWARD = (2, "fwd"), (5, "bwd")  # the computes series_worker's two patterns follow
+
+
 def series_worker(ctx, seconds: float = SERIES_SECONDS, precision: str = "fp32") -> dict:
     """The executor's own series: tiny-deep under ZeRO-3 on ``ctx.world`` ranks at ``precision`` (the profile's;
     until the forty-ninth stop an fp32 profile timed bf16-mixed gathers, the scenario's default), ``RankExecutor``
-    after three steps: a compute of about a layer's piece (``SERIES_COMPUTE`` of small products), then the
-    gathers that come before the third layer's forward (the next layer's modules, gathered ahead), each through
-    the executor's own collective code, every rank at once, repeated (the modules released again after each)
-    until ``seconds`` have passed. {"series": [[compute end, each call's end] per repetition, clock times],
-    "compute": mean seconds of the compute before each}. A ZeRO-3 step's series follow a layer's forward or
-    backward (0.6-0.9 ms each at 2 ranks in the executor's step), not a unit's forward and backward: after the
-    unit (2 ms) the series' first gather took 1.34-1.36 ms and its second to fourth 0.69-0.73; after 0.8 ms of
-    compute 0.67-0.74 and 0.58-0.63; in the executor's step (40 steps, per op) 0.79 and 0.58 (2 ranks,
-    2026-11-27)."""
-    from simpar.calibrate.bench import _short_burst
-    from simpar.models import model
-    from simpar.plan import Collective, Compute
-    from simpar.real.executor import RankExecutor
-    from simpar.scenario import make_scenario
+    after three steps, two patterns in turn, each through the executor's own collective code, every rank at
+    once, repeated until ``seconds`` have passed: after a forward, a compute of about a layer's piece
+    (``SERIES_COMPUTE`` of small products), then the gathers that come before the third layer's forward (the
+    next layer's modules, gathered ahead); after a backward, a compute twice as long (a backward's work is
+    about twice its forward's), then the layer's reduce-scatter of its gradients (coalesced by module) and
+    the gathers that follow it in the step (an earlier layer's modules, in reverse). The modules are released
+    again after each, the gradients given back before each backward's. {"series": [[compute end, each call's
+    end] per repetition, clock times] after the forward, "series_bwd" after the backward, "calls" and
+    "calls_bwd" their shapes (``gather_shape``), "compute" and "compute_bwd" the mean seconds of the compute
+    before each}. A ZeRO-3 step's series follow a layer's forward or backward (0.6-0.9 ms each at 2 ranks in
+    the executor's step), not a unit's forward and backward: after the unit (2 ms) the series' first gather
+    took 1.34-1.36 ms and its second to fourth 0.69-0.73; after 0.8 ms of compute 0.67-0.74 and 0.58-0.63; in
+    the executor's step (40 steps, per op) 0.79 and 0.58 (2 ranks, 2026-11-27). The backward's pattern joined
+    in the fiftieth stop: the step's reduce-scatter had been priced 15-37 % under and the gathers after it
+    cost about 10 % more than the forward's (docs/calibration.md)."""
+    import torch
 
-    scenario = make_scenario(model("tiny-deep"), "zero3", ctx.world, micro_batch=2, topology="cpu-host",
-                             precision=precision)
+    from simpar.calibrate.bench import _short_burst
+    from simpar.real.executor import RankExecutor
+
+    scenario = series_scenario(ctx.world, precision)
     executor = RankExecutor(ctx, scenario, seed=0)
+    states = executor.states
     try:
         for step in range(3):
             executor.step(step)
         ops = executor.program.ops
-        layer = next(i for i, op in enumerate(ops) if isinstance(op, Compute) and op.unit == 3 and op.phase == "fwd")
-        start = max(i for i, op in enumerate(ops[:layer]) if isinstance(op, Compute))
-        gathers = [op for op in ops[start:layer] if isinstance(op, Collective)]
-        burst, took = _short_burst(SERIES_COMPUTE), []
+        forward, backward = calls_after(ops, *AFTER_FORWARD), calls_after(ops, *AFTER_BACKWARD)
+        scatter = backward[0]
+        grads = [p for u in scatter.units for p in states.unit_params[u]]
+        dtype = grads[0].dtype
+        took = {"fwd": [], "bwd": []}
 
-        def compute():
-            began = time.perf_counter()
-            burst()
-            took.append(time.perf_counter() - began)
+        def timed_burst(kind: str, seconds: float):
+            burst = _short_burst(seconds)
 
-        def release():
-            for op in gathers:
-                executor.states.release_module(op.units[0], op.modules[0])
+            def compute():
+                began = time.perf_counter()
+                burst()
+                took[kind].append(time.perf_counter() - began)
+            return compute
 
-        marks = timed_series(compute, [lambda op=op: executor._collective(op) for op in gathers], seconds, release)
+        def release(calls: list):
+            for op in calls:
+                if op.op == "allgather":
+                    states.release_module(op.units[0], op.modules[0])
+
+        def give_gradients():  # the layer's backward leaves them whole, its parameters gathered
+            for p in grads:
+                p.data = torch.empty(states.shapes[id(p)], dtype=dtype)
+                p.grad = torch.ones(states.shapes[id(p)], dtype=dtype)
+
+        def after_backward():
+            release(backward[1:])
+            states.shard_grads.pop(scatter.units, None)
+            for p in grads:
+                p.data = torch.empty(0, dtype=dtype)
+
+        def run(calls: list) -> list:
+            return [lambda op=op: executor._collective(op) for op in calls]
+
+        after_forward, after_scatter = timed_patterns(
+            [(None, timed_burst("fwd", SERIES_COMPUTE), run(forward), lambda: release(forward)),
+             (give_gradients, timed_burst("bwd", 2 * SERIES_COMPUTE), run(backward), after_backward)], seconds)
     finally:
-        executor.states.close()
-    return {"series": marks, "calls": [gather_shape(scenario.model, op) for op in gathers],
-            "compute": statistics.fmean(took)}
+        states.close()
+    return {"series": after_forward, "series_bwd": after_scatter,
+            "calls": [gather_shape(scenario.model, op) for op in forward],
+            "calls_bwd": [gather_shape(scenario.model, op) for op in backward],
+            "compute": statistics.fmean(took["fwd"]), "compute_bwd": statistics.fmean(took["bwd"])}
 
 
 def gather_shape(spec, op) -> dict:
-    """What prices one of the series' gathers: its bytes, and the parameter tensors and elements the executor
-    hands back (``OpCosts.handling``'s count of them)."""
+    """What prices one of the series' calls: its collective, its bytes, and the tensors and elements the
+    executor hands back or concatenates (``OpCosts.handling``'s count of them)."""
     from simpar.sim.op_costs import moved_tensors
 
-    return {"bytes": op.nbytes, "tensors": moved_tensors(spec, op), "elements": op.nbytes // op.itemsize}
+    return {"op": op.op, "bytes": op.nbytes, "tensors": moved_tensors(spec, op), "elements": op.nbytes // op.itemsize}
 
 
 def beyond_price(seconds: float, call: dict, world: int, alpha: float, bytes_per_s: float,
                  handling: list[float]) -> float:
-    """Seconds a gather of the series (``call``: ``gather_shape``) took beyond what the simulator prices it at:
-    the ring's step latency and bandwidth, and the executor's handling of its data (per tensor, per element)."""
+    """Seconds a call of the series (``call``: ``gather_shape``; an all-gather where older samples do not say)
+    took beyond what the simulator prices it at: the ring's step latency and bandwidth, and the executor's
+    handling of its data (per tensor, per element)."""
     per_tensor, per_element = handling or (0.0, 0.0)
-    return (seconds - ring_price("allgather", call["bytes"], world, alpha, bytes_per_s)
+    return (seconds - ring_price(call.get("op", "allgather"), call["bytes"], world, alpha, bytes_per_s)
             - per_tensor * call["tensors"] - per_element * call["elements"])
 
 
@@ -182,18 +248,41 @@ def series_first(positions: list[float], calls: list[dict], compute: float, worl
     return [compute, beyond_price(positions[0], calls[0], world, alpha, bytes_per_s, handling)]
 
 
-def series_level(positions: list[float], calls: list[dict], world: int, alpha: float, bytes_per_s: float,
+def series_level(patterns: list[tuple[list[float], list[dict]]], world: int, alpha: float, bytes_per_s: float,
                  handling: list[float]) -> float:
     """Seconds per ring step the executor's own ZeRO-3 gathers pay, from the second of a series on, beyond
     what the simulator prices a call at (the ring's step latency ``alpha`` and bandwidth, fitted on
     ``pattern_worker``'s bare calls, and the executor's handling of the data, ``handling`` = [per tensor,
-    per element]): the mean over the series' second to ``SERIES``-th calls (``positions``, the calls' mean
-    times by place; ``calls``, their shapes, ``gather_shape``). The executor's module gathers leave the ranks
-    out of step (``ModelStates`` hands each module back between calls), so more receives block and wait to
-    be woken than in a bare series: at 2 ranks on the development VM the second to fourth calls took 0.68-0.89
-    ms where the bare rows priced 0.51-0.77 (2026-11-26). 0 without a series (ranks outnumbering the cores)."""
-    if len(positions) < SERIES or len(calls) != len(positions):
-        return 0.0
+    per element]): the mean over the second to ``SERIES``-th calls of each pattern timed (``patterns``: per
+    pattern the calls' mean times by place and their shapes, ``gather_shape``; after a forward and after a
+    backward, where the second to fourth are the gathers after the layer's reduce-scatter). The executor's
+    module gathers leave the ranks out of step (``ModelStates`` hands each module back between calls), so
+    more receives block and wait to be woken than in a bare series: at 2 ranks on the development VM the
+    second to fourth calls took 0.68-0.89 ms where the bare rows priced 0.51-0.77 (2026-11-26). 0 without a
+    series (ranks outnumbering the cores)."""
     beyond = [beyond_price(t, call, world, alpha, bytes_per_s, handling)
+              for positions, calls in patterns if len(positions) >= SERIES and len(calls) == len(positions)
               for t, call in zip(positions[1:SERIES], calls[1:SERIES])]
-    return statistics.fmean(beyond) / ring_steps("allgather", world)
+    return statistics.fmean(beyond) / ring_steps("allgather", world) if beyond else 0.0
+
+
+def scatter_level(profile, world: int, precision: str, seconds: float, compute: float) -> float:
+    """Seconds per ring step the executor's reduce-scatter of a layer's gradients (ZeRO-3's, coalesced by
+    module) pays after a backward beyond what the simulator prices it at after ``compute`` seconds of compute
+    on ``profile`` (the wake there, its later steps, the executor's handling of the gradients, the ring's step
+    latency and bandwidth): ``seconds``, its mean time in ``series_worker``'s backward pattern. The executor's
+    call concatenates the layer's gradients, runs one ring over its modules' pieces and drops the gradients:
+    at 2 ranks on the development VM 1.8-2.1 ms after 0.8 ms of compute, where the same coalesced ring bare
+    took 1.3-1.4 ms and the simulator priced the step's 1.28-1.77 (2026-12-01)."""
+    from simpar.sim.op_costs import OpCosts
+    from simpar.strategies import build_plan
+
+    scenario = series_scenario(world, precision)
+    plan = build_plan(scenario)
+    topology = profile.topology(world, precision)
+    costs = OpCosts(plan, scenario, topology)
+    op = calls_after(plan.programs[0].ops, *AFTER_BACKWARD)[0]
+    alpha, bytes_per_s = profile.ring[str(world)]
+    price = (topology.collective_wake(compute) + costs.later_steps(op, compute) + costs.handling(op)
+             + ring_price("reducescatter", op.nbytes, world, alpha, bytes_per_s))
+    return (seconds - price) / ring_steps("reducescatter", world)

@@ -46,7 +46,7 @@ class OpCosts:
         self.after_compute, self.after_network = self._turns() if turns else ({}, {})
         self.paces = self._paces()
         self.later_calls = (self._later_calls() if topology.series_late or topology.series_level or topology.series_last
-                            else {})
+                            or topology.scatter_level else {})
         self.cold = self._cold_caches() if gpu.costs is not None and gpu.costs.get("cold") else {}
         self.accumulate = (self._accumulation() if gpu.costs is not None and "accumulate" in topology.sharded_work
                            else {})
@@ -144,9 +144,10 @@ class OpCosts:
         (allocations aside): from the topology's ``series_late`` position on, that shift (a rank's stalls thin
         out as the series goes on); a ZeRO-3 gather of parameters from the second on, ``series_level`` more
         (the executor's module gathers leave the ranks out of step: calibrate/series.py), and the last of a
-        series, the one a compute follows, ``series_last`` more (its peer is computing by then)."""
+        series, the one a compute follows, ``series_last`` more (its peer is computing by then); ZeRO-3's reduce-
+        scatter of a layer's gradients (coalesced by module), ``scatter_level`` (calibrate/series.py)."""
         start, shift = self.topology.series_late or (math.inf, 0.0)
-        level, last = self.topology.series_level, self.topology.series_last
+        level, last, scatter = self.topology.series_level, self.topology.series_last, self.topology.scatter_level
         later = {}
         for pi, prog in enumerate(self.plan.programs):
             timed = [op for op in prog.ops if isinstance(op, (Compute, Copy, Collective, Send, Recv))]
@@ -160,7 +161,8 @@ class OpCosts:
                     continue
                 sharded = self._sharded_gather(op)
                 paid = ((shift if position >= start else 0.0) + (level if position >= 2 and sharded else 0.0)
-                        + (last if sharded and isinstance(following, Compute) else 0.0))
+                        + (last if sharded and isinstance(following, Compute) else 0.0)
+                        + (scatter if op.op == "reducescatter" and op.pieces else 0.0))
                 if paid:
                     later[(pi, op.id)] = paid
         return later

@@ -109,6 +109,9 @@ class Topology:
         # seconds per ring step the last of those gathers, before the compute after it, pays beyond the fifth on
         # (calibrate/series.py ``series_last``: the peer is computing by the time its part is needed); 0: none
         self.series_last = 0.0
+        # seconds per ring step the executor's reduce-scatter of a layer's gradients (ZeRO-3's, coalesced by
+        # module) pays beyond its price after the backward (calibrate/series.py ``scatter_level``); 0: none
+        self.scatter_level = 0.0
         self.between_ops = 0.0  # seconds per plan op the executor spends between its ops (its own work)
         # (seconds per parameter tensor, per parameter) the executor spends handling the data of a data-parallel
         # collective (flattening the units' tensors, scaling, re-pointing each): Python on the rank's core

@@ -30,8 +30,9 @@ _AVERAGED = ("compute", "slowdown", "ring", "optimizer_params_per_s", "copy_byte
              "handoff", "handoff_step", "send_issue", "resume_after_recv", "wake_growth", "wake_curve", "wake_phase",
              "between_ops", "resume_unit", "worker_server_curve", "optimizer_step", "tensor_work", "embedding_table",
              "worker_server", "wake_short", "sharded_work", "attention_scores", "late_recv", "late_recv_busy",
-             "series_late", "series_last", "series_level", "series_first", "scatter_level", "unit_cold", "tp_piece", "step_concat",
-             "resume_short", "step_concat_cold", "optimizer_tensor", "resume_tail", "later_steps", "send_issue_spread")
+             "series_late", "series_last", "series_level", "series_first", "scatter_level", "unit_cold", "tp_piece",
+             "step_concat", "resume_short", "step_concat_cold", "optimizer_tensor", "resume_tail", "later_steps",
+             "send_issue_spread")
 
 
 _UNIT_FIT = ("compute", "embedding_table", "attention_scores", "unit_cold")  # fitted together (fit_compute)

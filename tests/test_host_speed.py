@@ -218,6 +218,28 @@ def test_the_calls_in_step_benchmark_groups_zero3_calls_by_their_place_in_a_seri
     assert rows["allgather after fwd, last"]["ops"] == 9  # before the 2nd-9th units' forwards, the head's backward
     assert sum(row["ops"] for row in rows.values()) == len(calls) + len(computes)
 
+
+def test_the_series_against_step_benchmark_reads_the_steps_calls_by_place_after_a_layers_compute():
+    """With each op's time its bytes: after a layer's backward the first call is always its reduce-scatter
+    (every layer's the same size), then the gathers; after a layer's forward the first is a gather of a
+    layer's first module (512 bytes); the embedding's and head's series are left out; an op the rank did not
+    time is left out."""
+    from simpar.calibrate.series import series_scenario
+    from simpar.plan import Collective
+    from simpar.strategies import build_plan
+
+    bench = _benchmark("series_against_step")
+    scenario = series_scenario(2, "fp32")
+    ops = build_plan(scenario).programs[0].ops
+    sizes = {op.id: float(op.nbytes) for op in ops if isinstance(op, Collective)}
+    backward = bench.step_places(ops, sizes, scenario.model.unit_kind, "bwd")
+    forward = bench.step_places(ops, sizes, scenario.model.unit_kind, "fwd")
+    scatter = next(op for op in ops if isinstance(op, Collective) and op.op == "reducescatter" and len(op.pieces) == 8)
+    assert len(backward) == 9 and backward[0] == scatter.nbytes  # a layer's eight modules' gradients
+    assert len(forward) == 8 and forward[0] == 512.0
+    assert bench.step_places(ops, {}, scenario.model.unit_kind, "bwd") == []
+
+
 def test_the_own_pace_benchmark_sets_each_ranks_own_time_against_its_core_alone():
     bench = _benchmark("own_pace")
     # two rounds; rank 1's core twice as slow; together each rank at its own pace, the barrier at the slower's

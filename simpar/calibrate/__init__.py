@@ -241,6 +241,8 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
                               "series_calls": series_calls[str(world)][0] if positions else [],
                               "series_bwd": positions_bwd,
                               "series_calls_bwd": series_calls[str(world)][2] if positions else [],
+                              # the compute before each: after a forward, after a backward
+                              "series_compute": list(series_calls[str(world)][1::2]) if positions else [],
                               "wake_fitted_with_the_steps": fit_collective_costs(ring_rows)[0],
                               "pattern_compute_without_calls": without, "burst_together": burst["together"],
                               "burst_own": burst["own"], "burst_own_ratio": burst["own_ratio"],

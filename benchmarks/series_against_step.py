@@ -30,7 +30,7 @@ def worker(ctx, seconds: float, steps: int) -> dict:
     finally:
         executor.states.close()
     return {"series": timed["series"], "series_bwd": timed["series_bwd"], "op_means": run["op_means"],
-            "step_times": run["step_times"]}
+            "step_times": run["step_times"], "compute": [timed["compute"], timed["compute_bwd"]]}
 
 
 def step_places(ops: list, op_means: dict, unit_kind, phase: str) -> list[float]:
@@ -69,9 +69,11 @@ def main() -> None:
     for _ in range(args.launches):
         ranks = launch(worker, 2, (args.seconds, args.steps), timeout=900)
         step = max(statistics.fmean(r["step_times"][1:]) for r in ranks)
-        print(f"step {1e3 * step:.1f} ms; calls by place (ms):")
+        bursts = [statistics.fmean(r["compute"][i] for r in ranks) for i in (0, 1)]
+        print(f"step {1e3 * step:.1f} ms; the loop's bursts {1e3 * bursts[0]:.2f} / {1e3 * bursts[1]:.2f} ms "
+              "(after a forward / a backward); calls by place (ms):")
         for phase, key in (("fwd", "series"), ("bwd", "series_bwd")):
-            per_rank = [step_places(plan.programs[rank].ops, r["op_means"], scenario.model.unit_kind, phase)
+            per_rank = [step_places(plan.program_of(rank).ops, r["op_means"], scenario.model.unit_kind, phase)
                         for rank, r in enumerate(ranks)]
             print(row(f"after {phase}, loop", series_positions([r[key] for r in ranks])))
             print(row(f"after {phase}, step", [statistics.fmean(p) for p in zip(*per_rank)]), flush=True)

@@ -90,7 +90,7 @@ def test_calibrate_then_validate_end_to_end(tmp_path, cli):
     scatter, *after = shared["series_calls_bwd"]
     assert scatter["op"] == "reducescatter" and after and {call["op"] for call in after} == {"allgather"}
     assert len(shared["series_bwd"]) == len(shared["series_calls_bwd"]) and min(shared["series_bwd"]) > 0
-    assert 0 < shared["series_compute"][0] < shared["series_compute"][1] < 1.0  # a backward's burst twice as long
+    assert 0 < shared["series_compute"][0] < shared["series_compute"][1] < 1.0  # as long as a layer's forward, backward
     assert set(data["scatter_level"]) == set(data["series_late"])
     assert all(abs(level) < 1.0 for level in data["scatter_level"].values())
     # the phase loops' calls over their price, their later steps' (kept for every world calibrated)

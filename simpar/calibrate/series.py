@@ -23,7 +23,7 @@ from simpar.calibrate.fits import ring_price, ring_steps
 
 SERIES = 4  # calls in a row after a unit's compute in pattern_worker's rows (and 1): the step latency's fit
 SERIES_SECONDS = 6.0  # how long series_worker times its series (at the default repeats)
-SERIES_COMPUTE = 8e-4  # seconds (alone) of the products before each of series_worker's series: a layer's piece
+WARM_STEPS = 5  # the executor's steps series_worker runs first: its bursts are the layers' compute in them
 
 
 def _calls(marks: list[list[float]]) -> list[float]:
@@ -149,34 +149,40 @@ AFTER_FORWARD, AFTER_BACKWARD = (2, "fwd"), (5, "bwd")  # the computes series_wo
 def series_worker(ctx, seconds: float = SERIES_SECONDS, precision: str = "fp32") -> dict:
     """The executor's own series: tiny-deep under ZeRO-3 on ``ctx.world`` ranks at ``precision`` (the profile's;
     until the forty-ninth stop an fp32 profile timed bf16-mixed gathers, the scenario's default), ``RankExecutor``
-    after three steps, two patterns in turn, each through the executor's own collective code, every rank at
-    once, repeated until ``seconds`` have passed: after a forward, a compute of about a layer's piece
-    (``SERIES_COMPUTE`` of small products), then the gathers that come before the third layer's forward (the
-    next layer's modules, gathered ahead); after a backward, a compute twice as long (a backward's work is
-    about twice its forward's), then the layer's reduce-scatter of its gradients (coalesced by module) and
-    the gathers that follow it in the step (an earlier layer's modules, in reverse). The modules are released
-    again after each, the gradients given back before each backward's. {"series": [[compute end, each call's
-    end] per repetition, clock times] after the forward, "series_bwd" after the backward, "calls" and
-    "calls_bwd" their shapes (``gather_shape``), "compute" and "compute_bwd" the mean seconds of the compute
-    before each}. A ZeRO-3 step's series follow a layer's forward or backward (0.6-0.9 ms each at 2 ranks in
-    the executor's step), not a unit's forward and backward: after the unit (2 ms) the series' first gather
-    took 1.34-1.36 ms and its second to fourth 0.69-0.73; after 0.8 ms of compute 0.67-0.74 and 0.58-0.63; in
-    the executor's step (40 steps, per op) 0.79 and 0.58 (2 ranks, 2026-11-27). The backward's pattern joined
-    in the fiftieth stop: the step's reduce-scatter had been priced 15-37 % under and the gathers after it
-    cost about 10 % more than the forward's (docs/calibration.md)."""
+    after ``WARM_STEPS`` steps, two patterns in turn, each through the executor's own collective code, every rank
+    at once, repeated until ``seconds`` have passed: after a forward, a burst of small products as long as a
+    layer's forward took in those steps (all but the first), then the gathers that come after the second layer's
+    forward (unit 4's modules, gathered two units ahead); after a backward, a burst as long as a layer's backward
+    took, then the layer's reduce-scatter of its gradients (coalesced by module) and the gathers that follow it
+    in the step (an earlier layer's modules, in reverse). The modules are released again after each, the
+    gradients given back before each backward's. {"series": [[compute end, each call's end] per repetition,
+    clock times] after the forward, "series_bwd" after the backward, "calls" and "calls_bwd" their shapes
+    (``gather_shape``), "compute" and "compute_bwd" the mean seconds of the burst before each}. A ZeRO-3 step's
+    series follow a layer's forward or backward, not a unit's forward and backward: after the unit (2 ms) the
+    series' first gather took 1.34-1.36 ms and its second to fourth 0.69-0.73; after 0.8 ms of compute
+    0.67-0.74 and 0.58-0.63; in the executor's step (40 steps, per op) 0.79 and 0.58 (2 ranks, 2026-11-27).
+    Until the fiftieth stop the series came after 0.8 ms of products and after a forward only: the step's
+    reduce-scatter had been priced 15-37 % under and the gathers after it cost about 10 % more than the
+    forward's (docs/calibration.md, fiftieth stop)."""
     import torch
 
     from simpar.calibrate.bench import _short_burst
+    from simpar.plan import Compute
     from simpar.real.executor import RankExecutor
 
     scenario = series_scenario(ctx.world, precision)
     executor = RankExecutor(ctx, scenario, seed=0)
     states = executor.states
     try:
-        for step in range(3):
+        for step in range(WARM_STEPS):
             executor.step(step)
         ops = executor.program.ops
         forward, backward = calls_after(ops, *AFTER_FORWARD), calls_after(ops, *AFTER_BACKWARD)
+        # each pattern's burst as long as a layer's forward or backward took in those steps (all but the first)
+        took_in_steps = executor.recorder.op_means()
+        layer = {phase: statistics.fmean(took_in_steps[op.id] for op in ops if isinstance(op, Compute)
+                                         and op.phase == phase and scenario.model.unit_kind(op.unit) == "layer")
+                 for phase in ("fwd", "bwd")}
         scatter = backward[0]
         grads = [p for u in scatter.units for p in states.unit_params[u]]
         dtype = grads[0].dtype
@@ -211,8 +217,8 @@ def series_worker(ctx, seconds: float = SERIES_SECONDS, precision: str = "fp32")
             return [lambda op=op: executor._collective(op) for op in calls]
 
         after_forward, after_scatter = timed_patterns(
-            [(None, timed_burst("fwd", SERIES_COMPUTE), run(forward), lambda: release(forward)),
-             (give_gradients, timed_burst("bwd", 2 * SERIES_COMPUTE), run(backward), after_backward)], seconds)
+            [(None, timed_burst("fwd", layer["fwd"]), run(forward), lambda: release(forward)),
+             (give_gradients, timed_burst("bwd", layer["bwd"]), run(backward), after_backward)], seconds)
     finally:
         states.close()
     return {"series": after_forward, "series_bwd": after_scatter,

@@ -8,9 +8,10 @@ executor's ZeRO-3 step on tiny-deep. It prints the step time and, after a forwar
 call's mean time by its place after the compute: the loop's, and the step's over its layers' series (each
 rank's mean per op over the steps after the first). Nothing is fitted: it shows whether the loop the profile
 is priced from reads what the step does in the same minutes (the machine drifts by tens of percent between
-them). At 2 ranks, 2026-12-02, three launches: the reduce-scatter after a backward 2.15-3.01 ms in the loop,
-1.57-2.22 in the step; the gathers' mean after a backward 0.95-1.19 / 0.85-1.02 ms, after a forward 0.86-0.91 /
-0.72-0.90 (docs/calibration.md, fiftieth stop).
+them). At 2 ranks, 2026-12-02, three launches (each burst as long as the executor's warm-up steps' layer forward
+or backward): the reduce-scatter after a backward 1.99-2.25 ms in the loop, 1.77-1.95 in the step; the gathers'
+mean after a backward 0.86-1.00 / 0.90-0.97 ms, after a forward 0.78-0.94 / 0.73-0.85 (docs/calibration.md,
+fiftieth stop).
 """
 
 from __future__ import annotations
@@ -64,7 +65,8 @@ def main() -> None:
     plan = build_plan(scenario)
 
     def row(name: str, times: list[float]) -> str:
-        return f"  {name:<18}" + " ".join(f"{1e3 * t:5.2f}" for t in times) + f" | mean {1e3 * statistics.fmean(times):.3f}"
+        places = " ".join(f"{1e3 * t:5.2f}" for t in times)
+        return f"  {name:<18}{places} | mean {1e3 * statistics.fmean(times):.3f}"
 
     for _ in range(args.launches):
         ranks = launch(worker, 2, (args.seconds, args.steps), timeout=900)

@@ -201,7 +201,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
         # the fifth and later calls of a series after computing (the executor's own ZeRO-3 gathers), per ring
         # step of the all-gathers timed (world - 1 each). Where ranks outnumber the cores every call waits for
         # time slices instead (20-29 ms a call at 8 ranks on 2 cores, its position's effect lost in them)
-        # Two patterns in turn, after a forward and after a backward (its reduce-scatter, then gathers), pooled
+        # two patterns in turn, after a forward and after a backward (its reduce-scatter, then gathers), pooled
         positions, positions_bwd = [], []
         if fit_cores:
             timed = launch(series_worker, world, (SERIES_SECONDS * repeats / 10, precision), timeout=timeout)

@@ -133,8 +133,8 @@ def series_scenario(world: int, precision: str):
 
 def calls_after(ops: list, unit: int, phase: str) -> list:
     """The collectives of a program's ``ops`` between the compute of ``unit``'s ``phase`` and the compute after it:
-    ``series_worker``'s after a forward (unit 2's: the third layer's modules, gathered ahead) and after a
-    backward (unit 5's: its reduce-scatter, then an earlier layer's gathers)."""
+    ``series_worker``'s after a forward (unit 2's: unit 4's modules, gathered two units ahead) and after a
+    backward (unit 5's: its reduce-scatter, then unit 3's gathers)."""
     from simpar.plan import Collective, Compute
 
     computes = [i for i, op in enumerate(ops) if isinstance(op, Compute)]

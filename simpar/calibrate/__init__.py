@@ -209,8 +209,9 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
             positions, positions_bwd = series_positions(series), series_positions(series_bwd)
             later_calls[str(world)] = series_late(series, series_bwd) / (world - 1)
             last_calls[str(world)] = series_last(series, series_bwd) / (world - 1)  # ... its last, before a compute
-            series_calls[str(world)] = (timed[0]["calls"], statistics.fmean(r["compute"] for r in timed),
-                                        timed[0]["calls_bwd"], statistics.fmean(r["compute_bwd"] for r in timed))
+            series_calls[str(world)] = {"calls": timed[0]["calls"], "calls_bwd": timed[0]["calls_bwd"],
+                                        **{key: statistics.fmean(r[key] for r in timed)
+                                           for key in ("compute", "compute_bwd")}}
         # a pipeline receive posted after its send: gloo's rendezvous makes it wait for the sender's thread
         late[str(world)] = late_recv_cost([r["late"] for r in ranks], bandwidth)
         # ... by the ranks computing while it waits, one pair's (a pipeline computes on one or two stages at a time)
@@ -238,11 +239,12 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
         short_wake[str(world)] = [[compute, call - ring_price("allreduce", SHORT_SIZE, world, step_alpha, bandwidth)]
                                   for compute, call in short_calls]
         shared[str(world)] = {"ring_seconds": steps, "pattern": rows, "pattern_compute": inside, "series": positions,
-                              "series_calls": series_calls[str(world)][0] if positions else [],
+                              "series_calls": series_calls[str(world)]["calls"] if positions else [],
                               "series_bwd": positions_bwd,
-                              "series_calls_bwd": series_calls[str(world)][2] if positions else [],
+                              "series_calls_bwd": series_calls[str(world)]["calls_bwd"] if positions else [],
                               # the compute before each: after a forward, after a backward
-                              "series_compute": list(series_calls[str(world)][1::2]) if positions else [],
+                              "series_compute": ([series_calls[str(world)][key] for key in ("compute", "compute_bwd")]
+                                                 if positions else []),
                               "wake_fitted_with_the_steps": fit_collective_costs(ring_rows)[0],
                               "pattern_compute_without_calls": without, "burst_together": burst["together"],
                               "burst_own": burst["own"], "burst_own_ratio": burst["own_ratio"],
@@ -270,12 +272,12 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
     handling, sharded, concat = fit_tensor_work(alone), fit_sharded_work(alone), fit_tensor_work(alone, "concat_s")
     cold_concat = fit_tensor_work(alone, "cold_concat_s")
     # what the executor's ZeRO-3 gathers pay from the second of a series on beyond the price of a bare call
-    levels = {w: series_level([(shared[w]["series"], calls), (shared[w]["series_bwd"], calls_bwd)], int(w),
-                              *ring[w], handling)
-              for w, (calls, _, calls_bwd, _) in series_calls.items()}
+    levels = {w: series_level([(shared[w]["series"], timed["calls"]), (shared[w]["series_bwd"], timed["calls_bwd"])],
+                              int(w), *ring[w], handling)
+              for w, timed in series_calls.items()}
     # ... and their first, after a layer-sized compute: a point of the wake's share for ZeRO-3's gathers
-    firsts = {w: series_first(shared[w]["series"], calls, compute_before, int(w), *ring[w], handling)
-              for w, (calls, compute_before, _, _) in series_calls.items()}
+    firsts = {w: series_first(shared[w]["series"], timed["calls"], timed["compute"], int(w), *ring[w], handling)
+              for w, timed in series_calls.items()}
     rates = {}
     for name in ("adam", "sgd"):
         rows = [s for s in host["steps"] if s["optimizer"] == name and "tensors" not in s]
@@ -309,8 +311,9 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
                                        "ring_sizes": RING_SIZES})
     # the executor's reduce-scatter of a layer's gradients after its backward (ZeRO-3's), against what the
     # profile prices it at after that compute
-    profile.scatter_level = {w: scatter_level(profile, int(w), precision, shared[w]["series_bwd"][0], compute_bwd)
-                             for w, (_, _, _, compute_bwd) in series_calls.items() if shared[w]["series_bwd"]}
+    profile.scatter_level = {w: scatter_level(profile, int(w), precision, shared[w]["series_bwd"][0],
+                                              timed["compute_bwd"])
+                             for w, timed in series_calls.items() if shared[w]["series_bwd"]}
     if precision == "fp32":  # the executor's tensor-parallel pieces, set against what the fit above prices them
         say("tensor-parallel pieces, one rank")
         pieces = launch(tp_piece_worker, 1, (MODELS, BATCHES, repeats), timeout=timeout)[0]

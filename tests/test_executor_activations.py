@@ -66,7 +66,7 @@ def test_the_implementation_follows_the_machine():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("strategy", ["ddp", "zero3", "zero2-offload", "pp", "tp"])
+@pytest.mark.parametrize("strategy", ["ddp", "dp", "zero1", "zero2", "zero3", "zero2-offload", "pp", "tp"])
 @pytest.mark.parametrize("name", ["tiny-deep", "small"])
 def test_compare_real_activations_within_5_percent(capsys, name, strategy):
     if strategy == "pp" and MODELS_TIED(name):

@@ -240,6 +240,16 @@ def test_the_series_against_step_benchmark_reads_the_steps_calls_by_place_after_
     assert bench.step_places(ops, {}, scenario.model.unit_kind, "bwd") == []
 
 
+def test_the_series_in_pieces_benchmark_splits_the_repetitions_by_time():
+    """Repetitions 0.1 s apart, pieces of 2.5 s: 25 a piece (a piece ends at the first repetition 2.5 s or more
+    after its first), and a last piece of fewer than 20 is dropped."""
+    bench = _benchmark("series_in_pieces")
+    marks = [[0.1 * i, 0.1 * i + 0.01] for i in range(60)]
+    assert bench.pieces(marks, 2.5) == [(0, 25), (25, 50)]
+    assert bench.pieces(marks, 10.0) == [(0, 60)]
+    assert bench.pieces(marks[:10], 2.5) == []
+
+
 def test_the_own_pace_benchmark_sets_each_ranks_own_time_against_its_core_alone():
     bench = _benchmark("own_pace")
     # two rounds; rank 1's core twice as slow; together each rank at its own pace, the barrier at the slower's

@@ -241,13 +241,13 @@ def test_the_series_against_step_benchmark_reads_the_steps_calls_by_place_after_
 
 
 def test_the_series_in_pieces_benchmark_splits_the_repetitions_by_time():
-    """Repetitions 0.1 s apart, pieces of 2.5 s: 25 a piece (a piece ends at the first repetition 2.5 s or more
+    """Repetitions 0.125 s apart, pieces of 3 s: 24 a piece (a piece ends at the first repetition 3 s or more
     after its first), and a last piece of fewer than 20 is dropped."""
     bench = _benchmark("series_in_pieces")
-    marks = [[0.1 * i, 0.1 * i + 0.01] for i in range(60)]
-    assert bench.pieces(marks, 2.5) == [(0, 25), (25, 50)]
-    assert bench.pieces(marks, 10.0) == [(0, 60)]
-    assert bench.pieces(marks[:10], 2.5) == []
+    marks = [[0.125 * i, 0.125 * i + 0.01] for i in range(64)]
+    assert bench.pieces(marks, 3.0) == [(0, 24), (24, 48)]
+    assert bench.pieces(marks, 10.0) == [(0, 64)]
+    assert bench.pieces(marks[:10], 3.0) == []
 
 
 def test_the_own_pace_benchmark_sets_each_ranks_own_time_against_its_core_alone():

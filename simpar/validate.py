@@ -119,7 +119,7 @@ def at_window_speed(runs: list[dict], speed: float | None) -> dict:
 
 def run_cases(profile, pairs: list[tuple[str, int]], precision: str, steps: int, timeout: float,
               repeats: int = 1, progress=None, retime: bool = False, after=None, seconds: float = 0.0,
-              after_round=None) -> list[dict]:
+              after_round=None, record: dict | None = None) -> list[dict]:
     """Every (strategy, ranks) case of ``pairs``, ``repeats`` real runs each, in rounds (every case once,
     then every case again): this machine's speed drifts by tens of percent over minutes
     (docs/calibration.md), and rounds spread a drift over every case instead of loading it on one.
@@ -129,7 +129,8 @@ def run_cases(profile, pairs: list[tuple[str, int]], precision: str, steps: int,
     ``after_round(index, last)``, if given, is called after each round (``Recalibrations.after_round``:
     a calibration then); ``after(profile)``, if given, once the runs are done, returns the profile to
     price them with (``Recalibrations.priced``: a profile of the runs' window).
-    Each run lasts at least ``seconds`` (``run_steps``). ``progress()`` is called after each run."""
+    Each run lasts at least ``seconds`` (``run_steps``). ``progress()`` is called after each run. ``record``,
+    if given, is filled with (strategy, ranks) -> the case's real runs, as measured (``save_runs``)."""
     from simpar.calibrate import compute_pass, retimed
 
     runs: dict = {pair: [] for pair in pairs}
@@ -144,6 +145,8 @@ def run_cases(profile, pairs: list[tuple[str, int]], precision: str, steps: int,
             after_round(index, index == repeats - 1)
         if retime:
             passes.append(compute_pass(precision, timeout=timeout))
+    if record is not None:
+        record.update(runs)
     priced = after(profile) if after is not None else profile
     priced = retimed(priced, passes, precision) if retime else priced
     speed = window_speed([run for pair, case in runs.items() if read_at_speed(pair[1]) for run in case])
@@ -213,6 +216,35 @@ class Recalibrations:
         if len(window) == 1:
             return window[0][0]
         return average_profiles([p for p, _ in window], [path for _, path in window], common=True)
+
+
+def save_runs(path: str, runs: dict, profiles: list) -> None:
+    """The real runs of a validate (``run_cases``' ``record``) with the profiles that priced them, as JSON:
+    ``reprice`` prices the same runs again with another profile (an ablation of a term, a new model)."""
+    import json
+    from dataclasses import asdict
+
+    with open(path, "w") as handle:
+        json.dump({"model": MODEL, "profiles": [asdict(p) for p in profiles],
+                   "cases": [{"strategy": s, "gpus": g, "runs": [_lean(r) for r in case]}
+                             for (s, g), case in runs.items()]}, handle)
+
+
+def _lean(run: dict) -> dict:
+    """A real run without its timelines, which no price is judged against."""
+    return {k: v for k, v in run.items() if k != "op_timeline"}
+
+
+def load_runs(path: str) -> dict:
+    import json
+
+    with open(path) as handle:
+        return json.load(handle)
+
+
+def reprice(saved: dict, profile, precision: str = "fp32") -> list[dict]:
+    """The saved runs (``save_runs``) judged again, each case priced with ``profile``."""
+    return [judge(profile, c["strategy"], c["gpus"], precision, c["runs"]) for c in saved["cases"]]
 
 
 def resolutions(cases: list[dict], profiles: list, precision: str) -> dict[int, dict]:

@@ -48,6 +48,8 @@ def register(sub) -> None:
                         "older one, such as a cached calibration of hours before, only sizes the runs); "
                         "'none': price with the --hardware profile as it is")
     p.add_argument("--timeout", default="600", help="seconds before a hung case is aborted (default 600)")
+    p.add_argument("--save", metavar="FILE", help="also write the real runs and the profiles that priced them as "
+                                                  "JSON, to be priced again later (simpar.validate.reprice)")
     p.add_argument("--out", default="validation.md", help="markdown report; .csv and .png beside it")
     p.add_argument("--published", nargs="?", const="", metavar="FILE",
                    help="instead: simulate the published measurements of real GPU runs (validation/published.json, "
@@ -132,10 +134,15 @@ def run(args) -> int:
     later = (Recalibrations(profile, profile_path, "fp32", save_as, every_round, say, worlds=worlds,
                             before_in_window=fresh) if recalibrate != "none" else None)
     pairs = [(s, g) for s in strategies for g in worlds]
+    record: dict = {}
     with tqdm(total=len(pairs) * repeats, desc="validating", unit="run", file=sys.stderr, disable=None) as bar:
         cases = run_cases(profile, pairs, "fp32", steps, timeout, repeats, progress=bar.update,
                           retime=args.compute == "retimed", seconds=seconds,
-                          after=later.priced if later else None, after_round=later.after_round if later else None)
+                          after=later.priced if later else None, after_round=later.after_round if later else None, record=record)
+    if args.save:
+        from simpar.validate import save_runs
+
+        save_runs(args.save, record, later.profiles(profile) if later else [profile])
     after_paths = [path for _, path in later.taken] if later else []
     result = summary(cases)
     if repeats > 1:  # how finely these runs and calibrations can judge any model (simpar/referee.py)

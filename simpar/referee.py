@@ -152,3 +152,12 @@ def describe(world: int, r: dict) -> str:
                  f"with the mean of {r['calibrations']} calibrations such a model would meet it in "
                  f"{100 * r['priced_chance']:.0f} %; {more}")
     return line
+
+
+
+def window_noise(run_sd: float, runs: int, cases: int, trials: int = TRIALS, seed: int = 0) -> tuple[float, float]:
+    """How far a window's median |error| and max |error| move by its runs' noise alone: their SDs over windows of
+    ``cases`` cases, each the lower median of ``runs`` runs of ``run_sd``, priced by a model without any error. A
+    change to the model that moves them by less cannot be told from the noise (``benchmarks/ablation.py``)."""
+    errors, _ = _draw(np.random.default_rng(seed), run_sd, runs, cases, 0.0, 1, trials)
+    return float(np.median(errors, axis=1).std()), float(errors.max(axis=1).std())

@@ -18,15 +18,14 @@ from pathlib import Path
 
 from simpar.models import model
 from simpar.plan import OP_CLASSES
-from simpar.real.host_speed import relative
 from simpar.scenario import make_scenario
 from simpar.sim import simulate
 
 STRATEGIES = ("ddp", "dp", "zero1", "zero2", "zero3", "pp", "tp")
 MODEL = "tiny-deep"
 MAX_STEPS = 500  # a run's length by time stops here (a profile that prices a step at a millisecond)
-# a profile saved this long before a validate starts was taken right before its runs, in their window (a
-# calibration of 2, 4 and 8 ranks takes about 5.5 minutes; an older one is of another state of the machine)
+# a profile saved this long before a validate starts was taken right before its runs, in their window (an
+# older one is of another state of the machine)
 BEFORE_WINDOW_S = 600.0
 
 
@@ -46,11 +45,10 @@ def measure(strategy: str, gpus: int, precision: str, steps: int, timeout: float
 
 def run_steps(profile, strategy: str, gpus: int, precision: str, steps: int, seconds: float) -> int:
     """Steps of one real run of a case: ``steps``, or more, enough for the run to last ``seconds`` after its
-    warm-up step at the step time ``profile`` prices. This VM's speed flips between a fast and a slow state
-    (a unit's compute 1.5-1.6 ms against 2.2-3.2 ms, states lasting 0.5-4 s: docs/calibration.md), so a run
-    of a fraction of a second draws one state: dp at 2 ranks, six launches of 6 steps (0.2 s each) spread by
-    SD/mean 28 %, of 150 steps (4.5 s) by 10 %, the medians alike (32.0 and 31.1 ms). The price only sets
-    how long the run is, never what it is compared with."""
+    warm-up step at the step time ``profile`` prices. A shared VM's speed can flip between a fast and a slow
+    state for seconds at a time, so a run of a fraction of a second draws one state (dp at 2 ranks: launches
+    of 0.2 s spread by SD/mean 28 %, of 4.5 s by 10 %, their medians alike). The price only sets how long the
+    run is, never what it is compared with."""
     if not seconds or profile is None:
         return steps
     predicted = price(profile, strategy, gpus, precision)
@@ -62,9 +60,8 @@ def lower_median(values: list[float]) -> float:
     return sorted(values)[(len(values) - 1) // 2]
 
 
-def judge(profile, strategy: str, gpus: int, precision: str, runs: list[dict], speed: float | None = None) -> dict:
-    """One case: ``profile`` (a HardwareProfile) prices it; ``runs`` are its real runs, the median compared, and
-    with the window's ``speed`` also the median of the runs set at it (``at_window_speed``)."""
+def judge(profile, strategy: str, gpus: int, precision: str, runs: list[dict]) -> dict:
+    """One case: ``profile`` (a HardwareProfile) prices it; ``runs`` are its real runs, the median compared."""
     from simpar.real.compare import comparison
 
     scenario = case_scenario(strategy, gpus, precision)
@@ -72,10 +69,6 @@ def judge(profile, strategy: str, gpus: int, precision: str, runs: list[dict], s
     times = [r["step_time_s"] for r in runs]
     real = runs[times.index(lower_median(times))]  # the median run
     c = comparison(sim, real)
-    speeds = at_window_speed(runs, speed)
-    if speeds:
-        at_speed = speeds["real_at_window_speed_s"]
-        speeds["speed_error"] = (sim["step_time_s"] - at_speed) / at_speed
     bytes_exact = all(c[k]["ranks_equal"] == c[k]["ranks"] for k in ("bytes_sent", "bytes_received", "offload_bytes"))
     memory_exact = all(s["memory"][k] == r["memory"][k] for s, r in zip(sim["ranks"], real["ranks"])
                        for k in ("params", "grads", "optimizer"))
@@ -85,57 +78,22 @@ def judge(profile, strategy: str, gpus: int, precision: str, runs: list[dict], s
             "real_steps_s": real["ranks"][0]["step_times_s"], "steps": real.get("steps"),
             # where the step's time went, priced and measured (the median run's mean per rank and step), so a
             # miss can be traced to an op class
-            "op_time_s": {kind: [row["sim"], row["real"]] for kind, row in c["op_time_s"].items()}, **speeds}
-
-
-def read_at_speed(gpus: int, cores: int | None = None) -> bool:
-    """Whether a case of ``gpus`` ranks is set at the window's speed: only where the ranks fit the cores. The
-    spinners read a core's speed only while every rank on it waits; where ranks outnumber the cores they
-    run in the rare moments all of a core's ranks wait at once, and the reading set tp at 4 ranks on 2 cores
-    from +2.8 % to +30.8 % (twenty-sixth stop, docs/calibration.md)."""
-    return gpus <= (cores or os.cpu_count() or 1)
-
-
-def window_speed(runs: list[dict]) -> float | None:
-    """How fast the cores ran over all of ``runs`` (each run's reading, host_speed.py): the harmonic mean, the
-    speed at which their mean step time would be taken; None if a run was not read."""
-    speeds = [r.get("host_speed") for r in runs]
-    return len(speeds) / sum(1.0 / s for s in speeds) if speeds and all(speeds) else None
-
-
-def at_window_speed(runs: list[dict], speed: float | None) -> dict:
-    """Each run's step time set at ``speed`` (the window's, ``window_speed``): its measured step times how fast
-    its cores ran over ``speed``, with their median and spread; {} where a speed is unknown (no spinners).
-    The cores' speed moves by up to 2-3x within seconds on the development VM, and a run meets its own mix of
-    it: this takes that draw out of the comparison and leaves the window's level, which the calibrations
-    among the runs price (docs/calibration.md, "The host's speed, read while the ranks run")."""
-    ratios = [relative(r.get("host_speed"), speed) for r in runs]
-    if not runs or not all(ratios):
-        return {}
-    times = [r["step_time_s"] * ratio for r, ratio in zip(runs, ratios)]
-    middle = lower_median(times)
-    return {"host_speeds": ratios, "real_at_window_speed_s": middle, "speed_spread": (max(times) - min(times)) / middle}
+            "op_time_s": {kind: [row["sim"], row["real"]] for kind, row in c["op_time_s"].items()}}
 
 
 def run_cases(profile, pairs: list[tuple[str, int]], precision: str, steps: int, timeout: float,
-              repeats: int = 1, progress=None, retime: bool = False, after=None, seconds: float = 0.0,
+              repeats: int = 1, progress=None, after=None, seconds: float = 0.0,
               after_round=None, record: dict | None = None) -> list[dict]:
     """Every (strategy, ranks) case of ``pairs``, ``repeats`` real runs each, in rounds (every case once,
     then every case again): this machine's speed drifts by tens of percent over minutes
     (docs/calibration.md), and rounds spread a drift over every case instead of loading it on one.
-    With ``retime`` the units' compute is timed again after each round (the calibration's own
-    micro-benchmark, one rank, no strategy) and the cases are priced with those passes' fit instead of
-    the profile's: the compute of the same hour as the runs, not of the calibration's minutes.
     ``after_round(index, last)``, if given, is called after each round (``Recalibrations.after_round``:
     a calibration then); ``after(profile)``, if given, once the runs are done, returns the profile to
     price them with (``Recalibrations.priced``: a profile of the runs' window).
     Each run lasts at least ``seconds`` (``run_steps``). ``progress()`` is called after each run. ``record``,
     if given, is filled with (strategy, ranks) -> the case's real runs, as measured (``save_runs``)."""
-    from simpar.calibrate import compute_pass, retimed
-
     runs: dict = {pair: [] for pair in pairs}
     lengths = {pair: run_steps(profile, *pair, precision, steps, seconds) for pair in pairs}
-    passes = []
     for index in range(repeats):
         for pair in pairs:
             runs[pair].append(measure(*pair, precision, lengths[pair], timeout))
@@ -143,31 +101,22 @@ def run_cases(profile, pairs: list[tuple[str, int]], precision: str, steps: int,
                 progress()
         if after_round is not None:
             after_round(index, index == repeats - 1)
-        if retime:
-            passes.append(compute_pass(precision, timeout=timeout))
     if record is not None:
         record.update(runs)
     priced = after(profile) if after is not None else profile
-    priced = retimed(priced, passes, precision) if retime else priced
-    speed = window_speed([run for pair, case in runs.items() if read_at_speed(pair[1]) for run in case])
-    return [judge(priced, *pair, precision, runs[pair], speed if read_at_speed(pair[1]) else None) for pair in pairs]
+    return [judge(priced, *pair, precision, runs[pair]) for pair in pairs]
 
 
 class Recalibrations:
     """Calibrations taken among a validate's runs, and the profile they price the runs with: the average of
-    the profiles of the window the runs were taken in (``simpar/calibrate/average.py``). This machine's
-    state moves by tens of percent within an hour: four calibrations within 90 minutes priced the same 21
-    runs at a median error of 6 to 23 %, their average at 4 % (docs/calibration.md). ``every_round``: after
+    the profiles of the window the runs were taken in (``simpar/calibrate/average.py``): a shared machine's
+    state moves by tens of percent within an hour. ``every_round``: after
     each round of runs (every case once), so the profiles sample the same stretch of time as the runs;
     otherwise once, after the last round. The profile from before counts with ``before_in_window`` (taken
     right before the runs, ``BEFORE_WINDOW_S``), not otherwise: by default it is the machine's cached
-    calibration, possibly hours old, and of another window (one 36 minutes older than the runs priced
-    2-rank DDP +26 % where each of the three among them priced it -4 to +10 %: docs/calibration.md).
-    Each is saved to ``save_as(index)`` (index: the round it followed). Each calibrates the world sizes
-    ``worlds`` that the runs use (all the profile's if None): a 2-rank validate calibrates 2 ranks alone,
-    about 1.5 minutes a calibration instead of 5.5 for 2, 4 and 8, and the average is of those; a validate of 2,
-    4 and 8 ranks beside a profile of 2 calibrates all three (it had calibrated 2 alone and priced the 4- and
-    8-rank cases with the 2-rank figures: 22-73 % short, 2026-12-01), and that profile is left out of the price."""
+    calibration, possibly hours old, and of another window. Each is saved to ``save_as(index)`` (index: the round it followed). Each calibrates the world sizes
+    ``worlds`` that the runs use (all the profile's if None), and a profile from before that lacks one of them
+    is left out of the price."""
 
     def __init__(self, profile, profile_path: str, precision: str, save_as, every_round: bool = False,
                  progress=None, worlds=None, before_in_window: bool = True):
@@ -274,22 +223,16 @@ def summary(cases: list[dict]) -> dict:
     out = {"cases": len(cases), "median_abs_error": statistics.median(errors), "max_abs_error": max(errors),
            "median_spread": statistics.median(c.get("spread", 0.0) for c in cases),
            "bytes_exact": all(c["bytes_exact"] for c in cases), "memory_exact": all(c["memory_exact"] for c in cases)}
-    read = [c for c in cases if "speed_error" in c]  # every run's host speed read, ranks fitting the cores
-    if read:
-        at_speed = [abs(c["speed_error"]) for c in read]
-        out.update(median_abs_speed_error=statistics.median(at_speed), max_abs_speed_error=max(at_speed),
-                   median_speed_spread=statistics.median(c["speed_spread"] for c in read), speed_cases=len(read))
     return out
 
 
-def write_report(path: Path, profile_path: str, cases: list[dict], result: dict, retimed: bool = False,
-                 after: str = "", before_too: bool = True) -> list[Path]:
+def write_report(path: Path, profile_path: str, cases: list[dict], result: dict, after: str = "",
+                 before_too: bool = True) -> list[Path]:
     """The markdown report at ``path``, the CSV and the plot beside it; returns the files written."""
     csv_path, plot_path = path.with_suffix(".csv"), path.with_suffix(".png")
     with open(csv_path, "w", newline="") as handle:
         writer = csv.DictWriter(handle, ["strategy", "gpus", "sim_step_s", "real_step_s", "error", "spread", "steps",
-                                         "bytes_exact", "memory_exact", "real_at_window_speed_s", "speed_error",
-                                         "speed_spread"], extrasaction="ignore")
+                                         "bytes_exact", "memory_exact"], extrasaction="ignore")
         writer.writeheader()
         writer.writerows(cases)
     _plot(plot_path, cases)
@@ -299,8 +242,7 @@ def write_report(path: Path, profile_path: str, cases: list[dict], result: dict,
                  if before_too else f"; the cases priced with the calibrations taken among the runs alone, "
                                     f"averaged (`{after}`, `--calibrate-after`): the profile, older than the runs' "
                                     f"window or without every world size they use, only sized the runs")
-                 if after else "")
-             + ("; the units' compute re-timed after each round of runs (`--compute retimed`)." if retimed else "."),
+                 if after else "") + ".",
              "",
              f"median |error| {100 * result['median_abs_error']:.1f} %, max |error| "
              f"{100 * result['max_abs_error']:.1f} %, bytes exact: {result['bytes_exact']}, "
@@ -313,26 +255,13 @@ def write_report(path: Path, profile_path: str, cases: list[dict], result: dict,
         lines += [f"- {describe(int(world), r)}" for world, r in result["resolution"].items()]
         lines += [f"- {describe_whole(result['resolution_whole'])}"] if result.get("resolution_whole") else []
         lines += [""]
-    at_speed = "median_abs_speed_error" in result
-    if at_speed:
-        lines += [f"At the window's speed (each run's step time times how fast its cores ran over how fast they ran "
-                  f"over all the runs, read off the spinners' loop: host_speed.py; "
-                  f"{result['speed_cases']} of {len(cases)} cases, those whose ranks fit the cores): median "
-                  f"|error| {100 * result['median_abs_speed_error']:.1f} %, max "
-                  f"{100 * result['max_abs_speed_error']:.1f} %, median spread "
-                  f"{100 * result['median_speed_spread']:.1f} %", ""]
-    extra = " at the window's speed | error | spread | the runs' speeds |" if at_speed else ""
-    lines += ["| strategy | ranks | simulated | measured | error | spread | steps a run | bytes exact | memory exact |"
-              + extra, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | :---: | :---: |"
-              + (" ---: | ---: | ---: | ---: |" if at_speed else "")]
+    lines += ["| strategy | ranks | simulated | measured | error | spread | steps a run | bytes exact | memory exact |",
+              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | :---: | :---: |"]
     for c in cases:
-        cells = (f" {1e3 * c['real_at_window_speed_s']:.1f} ms | {100 * c['speed_error']:+.1f} % | "
-                 f"{100 * c['speed_spread']:.0f} % | {', '.join(f'{s:.2f}' for s in c['host_speeds'])} |"
-                 if "speed_error" in c else " - | - | - | not read: more ranks than cores |" if at_speed else "")
         lines.append(f"| {c['strategy']} | {c['gpus']} | {1e3 * c['sim_step_s']:.1f} ms | "
                      f"{1e3 * c['real_step_s']:.1f} ms | {100 * c['error']:+.1f} % | {100 * c['spread']:.0f} % | "
                      f"{c.get('steps') or ''} | "
-                     f"{'yes' if c['bytes_exact'] else 'NO'} | {'yes' if c['memory_exact'] else 'NO'} |" + cells)
+                     f"{'yes' if c['bytes_exact'] else 'NO'} | {'yes' if c['memory_exact'] else 'NO'} |")
     lines += _op_class_table(cases)
     lines += ["", f"![simulated against measured step time]({plot_path.name})", ""]
     path.write_text("\n".join(lines))

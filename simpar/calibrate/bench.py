@@ -10,14 +10,13 @@ judges the fitted profile on whole strategies the fit never saw.
 
 from __future__ import annotations
 
-import os
 import statistics
 import time
 
 import torch
 import torch.distributed as dist
 
-from simpar.calibrate.series import SERIES
+from simpar.calibrate.fits import SERIES
 from simpar.models import model
 from simpar.real.comm import CountingComm
 from simpar.real.model import build_model
@@ -71,14 +70,8 @@ def ring_worker(ctx, sizes: list[int], repeats: int) -> list[dict]:
     return rows[1:]
 
 
-ADAM_TENSORS = 10  # tensors of host_worker's split Adam step: ZeRO-3's one shard per unit (tiny-deep: 10)
-
-
 def host_worker(ctx, params: list[int], repeats: int) -> dict:
-    """Optimizer steps (Adam, SGD) and memory copies on bare tensors; Adam also over the middle size split
-    into ``ADAM_TENSORS`` tensors ("tensors" in its row): torch steps a CPU optimizer's tensors one by one
-    (no multi-tensor kernel off CUDA), each with a dozen ops of its own, so the step costs more per tensor
-    than its elements say (2 ranks, 217 K parameters: 0.65 ms in one tensor, 1.23 ms in ten; 2026-11-28)."""
+    """Optimizer steps (Adam, SGD) and memory copies on bare tensors (the host's optimizer, offload's copies)."""
     steps, copies = [], []
     for n in params:
         weight = torch.nn.Parameter(torch.randn(n))
@@ -88,13 +81,6 @@ def host_worker(ctx, params: list[int], repeats: int) -> dict:
             steps.append({"optimizer": name, "params": n, "seconds": _timed(optimizer.step, repeats)})
         target = torch.empty(n)
         copies.append({"bytes": 4 * n, "seconds": _timed(lambda: target.copy_(weight.detach()), repeats)})
-    # the middle size: at the largest the elements' time (4 ms) drowns the tensors' difference in the noise
-    n = sorted(params)[len(params) // 2]
-    pieces = [torch.nn.Parameter(piece.clone()) for piece in torch.randn(n).tensor_split(ADAM_TENSORS)]
-    for piece in pieces:
-        piece.grad = torch.randn_like(piece)
-    split = make_optimizer("adam", pieces)
-    steps.append({"optimizer": "adam", "params": n, "tensors": ADAM_TENSORS, "seconds": _timed(split.step, repeats)})
     return {"steps": steps, "copies": copies}
 
 
@@ -115,9 +101,7 @@ def pattern_worker(ctx, sizes: list[int], repeats: int, rounds: int = 5) -> dict
     [[compute end, end of each call] per repetition of the collectives' series, clock times]}: the
     timestamps, taken by every rank on the machine's one monotonic clock, give ``series_wake``; the
     difference of compute and compute_base is what a unit computed right after a call pays more (resume), both
-    with every rank computing at once and taken minutes apart at most, round by round (against
-    ``burst_worker``'s one rank alone, launched separately, the machine's drift read +1.2 ms at 2 ranks
-    where a step's computes after a call paid none). "issued": [s the isend of each handoff right after
+    with every rank computing at once and taken minutes apart at most, round by round. "issued": [s the isend of each handoff right after
     the compute held its rank] (``_handoff``)."""
     comm, group, n = CountingComm(ctx.rank), list(range(ctx.world)), ctx.world
     unit = _unit_burst()
@@ -183,10 +167,8 @@ SHORT_PHASE = 3e-4  # seconds (alone) of a tensor-parallel piece's compute (shor
 # phase_worker's short compute: the unit's forward once (0.35-0.45 ms alone: a tensor-parallel piece's), and twice,
 # as tp's calls rose 1.1-1.7 ms a ms from 0.4 to 0.7 ms of it; the kind of work tp's pieces are, their resume
 # included, where small matrix products pay none (docs/calibration.md, "The short loops compute what tp computes")
-# ... and "brief", the forward at micro-batch 1 (0.30-0.33 ms among the ranks: near a forward piece's length,
-# 0.20-0.26 ms in tp's 2-rank step): interpolated between the back-to-back pace and the short loop, tp's calls
-# after its forward pieces read 11-17 % short, the cost rising faster than a line over the first few tenths of a
-# millisecond (2026-11-29). {loop: (forwards, micro-batch)}
+# ... and "brief", the forward at micro-batch 1, near a forward piece's length: the cost rises faster than a
+# line over the first few tenths of a millisecond. {loop: (forwards, micro-batch)}
 SHORT_LOOPS = {"brief": (1, 1), "short": (1, 2), "mid": (2, 2)}
 # repetitions of the short loop a round, and how many of its first are not kept: right after the long loops
 # and a barrier a call is slow for about five repetitions (2 ranks, 256 KiB: 2.2-2.4 ms, then 1.0-1.1 by the
@@ -219,13 +201,7 @@ def phase_worker(ctx, size: int, seconds: float = 8.0, repeats: int = 3, ps_size
     pieces and calls follow each other ([start, compute end, call end]), ``SHORT_REPS`` a round, the first
     ``SHORT_WARMUP`` not kept (cold after the long loops). A call after a short compute costs less than after a
     unit: at 2 ranks a 4 KiB all-reduce cost 0.9 ms back to back, 0.8 after 0.1 ms of compute
-    (products), 1.7 after 0.3, 2.4 after 0.6, 2.8 after 1.1 and 3.2 after the unit (2.1 ms), mean of 150.
-    "resume_forward" and "resume_forward_base" (where the ranks fit the cores): [s of each forward] of the
-    short loop, right after its calls, and of a loop of the same forwards without calls: what a short compute
-    of the executor's kind pays after a call (``resume_short``). At 2 ranks it paid 0.10-0.18 ms, about what
-    the whole unit pays (0.16-0.21 ms): the rank computes slower for the first few tenths of a millisecond
-    after a call. Small matrix products pay at most 0.02 ms: the slower start is the executor's kind of work
-    (many small ops through Python and autograd), not the products' (2026-11-27)."""
+    (products), 1.7 after 0.3, 2.4 after 0.6, 2.8 after 1.1 and 3.2 after the unit (2.1 ms), mean of 150."""
     comm, group = CountingComm(ctx.rank), list(range(ctx.world))
     unit = _unit_burst()
     flat = torch.zeros(max(size // 4, ctx.world))
@@ -237,13 +213,8 @@ def phase_worker(ctx, size: int, seconds: float = 8.0, repeats: int = 3, ps_size
         calls.update({f"ps{units}": lambda: comm.ps_all_reduce(pushed, group) for units in PHASE_UNITS})
     marks: dict[str, list[list[float]]] = {key: [] for key in calls}
     forwards = {batch: _unit_burst(backward=False, batch=batch) for _, batch in SHORT_LOOPS.values()}
-    forward = forwards[SHORT_LOOPS["short"][1]]
     shorts = {key: (lambda times=times, f=forwards[batch]: [f() for _ in range(times)])
               for key, (times, batch) in SHORT_LOOPS.items()}
-    # the resume of the short loop's forward: each right after a call there, and in a loop without calls, where
-    # the ranks fit the cores (more of them: time slices, not a resume)
-    resumed: dict[str, list[float]] = ({"resume_forward": [], "resume_forward_base": []}
-                                       if ctx.world <= (os.cpu_count() or 1) else {})
     for _ in range(3):  # warm up: a fresh process's first backward takes tens of milliseconds
         unit()
     comm.ring_all_reduce(flat, group)  # and the connections
@@ -264,48 +235,9 @@ def phase_worker(ctx, size: int, seconds: float = 8.0, repeats: int = 3, ps_size
                 ends.append(time.perf_counter())
                 if not short or rep >= SHORT_WARMUP:
                     marks[key].append(ends)
-                    if key == "short" and resumed:
-                        resumed["resume_forward"].append(ends[1] - ends[0])
-        if resumed:
-            dist.barrier()
-            for rep in range(SHORT_REPS):
-                start = time.perf_counter()
-                forward()
-                if rep >= SHORT_WARMUP:
-                    resumed["resume_forward_base"].append(time.perf_counter() - start)
         more.fill_(float(time.perf_counter() - began < seconds))
         dist.broadcast(more, 0)  # rank 0's clock decides for all, so every rank runs the same rounds
-    return {**marks, **resumed}
-
-
-def _short_burst(seconds: float):
-    """A compute of about ``seconds`` alone: small matrix products, as many as the ranks take that long to
-    do on average (timed once at the start; every rank then does the same count, ``agreed_count``)."""
-    a, b = torch.randn(128, 128), torch.randn(128, 128)
-    for _ in range(50):  # warm up: timed cold, the count came out a third short (91 us for 0.3 ms)
-        a @ b
-    began = time.perf_counter()
-    for _ in range(200):
-        a @ b
-    count = agreed_count(max(1, round(seconds / ((time.perf_counter() - began) / 200))))
-
-    def burst():
-        for _ in range(count):
-            a @ b
-    return burst
-
-
-def agreed_count(own: int) -> int:
-    """The mean of every rank's ``own`` count (rounded, at least 1), the same on all: a step's ranks do the
-    same work, which their cores' speeds then set apart. Each rank counting from its own timing let one
-    core's state at that moment set the ranks' work apart instead: counts of 15 and 30 for 0.8 ms put
-    the ranks 0.75 ms apart at the call, where the same count put them 0.55 ms apart (2 ranks, 2026-11-27).
-    ``own`` as it is without a process group."""
-    if not (dist.is_available() and dist.is_initialized()):
-        return own
-    total = torch.tensor([float(own)])
-    dist.all_reduce(total)
-    return max(1, round(total.item() / dist.get_world_size()))
+    return marks
 
 
 def phase_cost(marks_by_rank: list[list[list[float]]]) -> tuple[float, float]:
@@ -353,59 +285,3 @@ def _unit_burst(backward: bool = True, batch: int | None = None):
         if backward:
             out.backward(torch.ones_like(out))
     return unit
-
-
-def burst_worker(ctx, repeats: int, rounds: int = 5, seconds: float = 0.0) -> dict:
-    """``pattern_worker``'s compute burst with every rank computing at once, in rounds, each right
-    after the same bursts on rank 0 alone (the others waiting in a barrier): {"each": mean seconds of
-    one burst timed on its own, "together": seconds per burst of all ranks, from barrier to barrier,
-    "alone": seconds per burst of rank 0 alone, "ratio": the median of together / alone over the
-    rounds; one rank: "each" alone}. The ratio is how much k ranks computing at once slow each other
-    (cores, memory bandwidth, caches shared); each round is set against its own alone, since this
-    machine's speed drifts by tens of percent over a minute (a baseline taken minutes before read 1.6x
-    at 4 ranks on 2 cores). At least ``rounds`` rounds, and more until ``seconds`` have passed: five
-    rounds at 2 ranks last 0.3 s, one draw of the states this VM's cores flip between for seconds at a
-    time, and four calibrations within 15 minutes read 1.02, 1.06, 1.12 and 1.42 at 2 ranks. "own": each
-    rank's own time per burst in the same rounds (``_together``), averaged over the ranks, the median over
-    the rounds; "own_ratio" (rank 0's): the median of its own time together over its time alone, round by
-    round: how much slower a rank computes beside the others, the same work on the same core moments apart,
-    without the wait for the slowest rank that "together" holds (the calls after a compute pay that:
-    ``wake_curve``). 2 ranks on 2 cores: 0.99-1.00, where together / alone read 1.06-1.23 (2026-11-27).
-    "ranks_own_ratio": the same for every rank, averaged over the ranks round by round (rank 0's alone for
-    all): where ranks outnumber the cores their own paces differ by their share of the time slices."""
-    unit = _unit_burst()
-    seconds_each = []
-    for _ in range(20 * repeats + 3):
-        start = time.perf_counter()
-        unit()
-        seconds_each.append(time.perf_counter() - start)
-    if ctx.world == 1:  # nothing to share the cores with
-        return {"each": statistics.fmean(seconds_each[3:])}
-    # rounds long against the closing barrier's own cost, which at 8 ranks on 2 cores is milliseconds and
-    # noisy: with 10 bursts a round, slowdowns of 3.0x-6.3x at 8 ranks came out of calibrations an hour apart
-    reps = max(1, 4 * repeats * ctx.world // rounds)
-    together, alone, own = [], [], []
-    began, more = time.perf_counter(), torch.ones(1)
-    while more.item():
-        dist.barrier()
-        start = time.perf_counter()
-        if ctx.rank == 0:
-            for _ in range(reps):
-                unit()
-        alone.append((time.perf_counter() - start) / reps)
-        dist.barrier()  # the others wait until rank 0 is done alone
-        slowest, mine = _together(unit, reps)
-        together.append(slowest)
-        own.append(mine)
-        more.fill_(float(len(alone) < rounds or time.perf_counter() - began < seconds))
-        dist.broadcast(more, 0)  # rank 0's clock decides for all, so every rank runs the same rounds
-    ratio = statistics.median(t / a for t, a in zip(together, alone))
-    ranks_own = torch.tensor(own, dtype=torch.float64)
-    dist.all_reduce(ranks_own)  # every rank's own time, round by round, averaged over the ranks
-    rank0_alone = torch.tensor(alone, dtype=torch.float64)
-    dist.broadcast(rank0_alone, 0)  # (the others' "alone" is their wait in the barrier)
-    return {"each": statistics.fmean(seconds_each[3:]), "together": statistics.median(together),
-            "alone": statistics.median(alone), "ratio": ratio, "rounds": len(alone),
-            "own": statistics.median((ranks_own / ctx.world).tolist()),
-            "own_ratio": statistics.median(m / a for m, a in zip(own, alone)),
-            "ranks_own_ratio": statistics.median((ranks_own / ctx.world / rank0_alone).tolist())}

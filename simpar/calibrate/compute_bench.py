@@ -1,21 +1,16 @@
 """The units' compute as the executor performs it, on one rank (``compute_worker``), each model and
 micro-batch timed in visits taken in turns.
 
-Why in visits: this VM's cores flip between a fast and a slow state (1.5-1.7x) for 0.25-6.5 s at a
-time. Timed config after config, each model and batch drew its own states (0.2 s of steps each): the
-same tiny-deep layer read 1.0-2.6 ms from pass to pass, and the rows of one pass disagreed with each
-other by the states they drew. Visited in turns, every row is timed across the whole pass, so the rows
-share its mixture of states; the k-rank compute is priced from them times how much slower a rank computes
-beside the others (``burst_worker``).
+Why in visits: a shared VM's cores can flip between a fast and a slow state for seconds at a time. Timed
+config after config, each model and batch would draw its own states; visited in turns, every row is timed
+across the whole pass and the rows share its mixture of states.
 """
 
 from __future__ import annotations
 
 import statistics
 
-from simpar.calibrate.cold import GapClock
-from simpar.calibrate.handling import (ColdConcat, between_ops, concat_timer, time_accumulate, time_gather,
-                                      time_scatter)
+from simpar.calibrate.handling import time_accumulate, time_gather, time_scatter
 from simpar.models import model
 from simpar.scenario import make_scenario
 from simpar.strategies.work import Work
@@ -35,31 +30,18 @@ class _Config:
         self.ops, self.work = self.executor.program.ops, Work(scenario)
         self.steps = 0
         self.seconds: dict[tuple[str, str], list[float]] = {}
-        self.between: list[float] = []
         self.stepped: list[float] = []  # the optimizer step op, as the step meets it (its caches cold)
         self.handled: list[float] = []  # the gradients' all-reduce op: on one rank, flattening and re-pointing
         self.gathered: list[float] = []  # ZeRO-1/2's all-gather: the parameters copied out of a buffer
         self.scattered: list[float] = []  # ZeRO-2's reduce-scatter: the gradients concatenated, then dropped
         self.accumulated: list[float] = []  # a later micro-batch's gradients added into the held ones
-        self.concats = concat_timer(self.executor.states)  # the gradients flattened inside the step op
-        self.timed_concats: list[float] = []
-        self.cold_concats = ColdConcat(self.executor)  # ... and as the backward leaves them (untimed steps)
-        self.clock = GapClock()  # each unit's time since the last of its kind (calibrate/cold.py)
 
     def step(self, timed: bool) -> None:
         executor, ops, spec = self.executor, self.ops, self.spec
-        before = len(self.concats)
-        self.cold_concats.armed = not timed and self.steps > 0  # (the first step samples memory)
         executor.step(self.steps)
         self.steps += 1
-        t0 = executor.recorder.step_started
-        self.clock.add_step([(spec.unit_kind(ops[e["op"]].unit), ops[e["op"]].phase, t0 + e["start"], t0 + e["end"])
-                             for e in executor.recorder.timeline
-                             if getattr(ops[e["op"]], "phase", None) in ("fwd", "bwd")], keep=timed)
         if not timed:
             return
-        self.timed_concats.extend(self.concats[before:])
-        self.between.append(between_ops(executor.recorder.step_times[-1], executor.recorder.timeline, len(ops)))
         self.gathered.append(time_gather(executor.states))  # where ZeRO's comes: after the step
         self.scattered.append(time_scatter(executor.states))
         self.accumulated.append(time_accumulate(executor.states))
@@ -78,16 +60,10 @@ class _Config:
         for kind, unit in (("embedding", 0), ("layer", 1), ("head", work.num_units - 1)):
             u = work.units[unit]
             rows.append({"model": self.name, "batch": self.batch, "unit": kind, "fwd_flops": u.fwd_flops,
-                         "bwd_flops": u.bwd_flops, "table": u.params if kind == "embedding" else 0,
-                         "scores": spec.attention_scores(self.batch) if kind == "layer" else 0,
+                         "bwd_flops": u.bwd_flops, "scores": spec.attention_scores(self.batch) if kind == "layer" else 0,
                          "fwd_s": statistics.fmean(self.seconds[(kind, "fwd")]),
                          "bwd_s": statistics.fmean(self.seconds[(kind, "bwd")]),
-                         "fwd_gaps": self.clock.gaps(kind, "fwd"), "bwd_gaps": self.clock.gaps(kind, "bwd"),
-                         "between_ops_s": statistics.fmean(self.between), "params": spec.params,
-                         "step_s": statistics.fmean(self.stepped),
-                         "concat_s": sum(self.timed_concats) / len(self.stepped),
-                         **({"cold_concat_s": statistics.fmean(self.cold_concats.times)}
-                            if self.cold_concats.times else {}),
+                         "params": spec.params, "step_s": statistics.fmean(self.stepped),
                          "reduce_s": statistics.fmean(self.handled),
                          "gather_s": statistics.fmean(self.gathered), "scatter_s": statistics.fmean(self.scattered),
                          "accumulate_s": statistics.fmean(self.accumulated),
@@ -107,18 +83,13 @@ def compute_worker(ctx, models: list[str], batches: list[int], precision: str, r
     optimizer's step op (Adam over the whole model: ``step_s`` for ``params``) is timed here too, for
     the same reason: after the backward has filled the caches with other data, and with the executor's
     gradient flattening around it, it took 1.0 ms for tiny's 119 K parameters where Adam stepping the
-    same tensor again and again (``host_worker``) took 0.33 ms; ``concat_s``, the part of it that
-    flattens the gradients first, which ZeRO-2 and 3 do not (``handling.concat_timer``), and
-    ``cold_concat_s`` the same concatenation right after the backward in the steps not timed, as tp's and pp's
-    step meet the gradients, which no call's handling has touched (``handling.ColdConcat``). So is its
+    same tensor again and again (``host_worker``) took 0.33 ms. So is its
     gradients' all-reduce op, which on one rank communicates nothing: ``reduce_s`` is the executor's
     own handling of the data around any data-parallel collective (``tensors`` parameter tensors
     concatenated into one buffer, scaled, and each gradient re-pointed into it); ``gather_s`` what
     ZeRO-1/2's all-gather does instead and ``scatter_s`` what ZeRO-2's reduce-scatter does, timed right
     after each step (``handling``), as is ``accumulate_s``, what a later micro-batch's backward pays to add
-    its gradients into the held ones. Each unit's gap since the last of its kind and phase ended
-    (``fwd_gaps``, ``bwd_gaps``: by its place in the step) is what its cold caches are fitted on
-    (calibrate/cold.py); ``timed_steps`` how many steps were timed."""
+    its gradients into the held ones; ``timed_steps`` how many steps were timed."""
     configs = [_Config(ctx, name, b, precision) for name in models for b in batches]
     try:
         for visit in range(-(-repeats // TIMED_PER_VISIT)):

@@ -14,10 +14,10 @@ import statistics
 
 import numpy as np
 
-from simpar.calibrate.cold import COLD_KINDS, TAUS, cold_share
 from simpar.collectives.ring import ring_steps
 
 UNIT_KINDS = ("embedding", "layer", "head")
+SERIES = 4  # calls in a row after a unit's compute in pattern_worker's series (and 1): the step latency's fit
 
 
 def fit_line(xs, ys) -> tuple[float, float]:
@@ -36,50 +36,21 @@ def fit_line(xs, ys) -> tuple[float, float]:
     return intercept, slope
 
 
-def fit_unit_costs(rows: list[dict], phase: str, extras: tuple[str, ...] = (),
-                   tau: float = 0.0) -> tuple[list[float], dict]:
+def fit_unit_costs(rows: list[dict], phase: str, extras: tuple[str, ...] = ()) -> tuple[list[float], dict]:
     """([overhead of an embedding, a layer, a head, FLOP/s], {extra: seconds per one of it}) fitted to ``rows``
-    (kind, flops, seconds, and each of ``extras``: "table", the embedding's table elements; "scores", a
-    layer's attention scores, batch x heads x seq^2; 0 where a row lacks it) by least squares
-    on the relative error (each row weighted by 1 / its seconds) with non-negative terms: one that fits
-    below zero (noise) is fixed at zero and the rest refitted without it. Relative, because the units a
-    step sums span 0.1 to 4 ms and are judged by their relative error: least squares in seconds let small's
-    4 ms units set the line and left tiny's (the shape of tiny-deep, which ``validate`` runs) one-sided,
-    in every row of four calibrations of 2026-11-25: the layer's backward +8 % on average (-3 to +18 %),
-    the head's forward +20 % (+5 to +40 %); weighted, +0.6 % and +1.2 %, small's within 4 % either way.
-    The table term (the backward) prices the embedding's dense gradient: its backward writes a gradient of
-    the whole vocab x hidden table (zeroed, then the tokens' rows added), and with tied embeddings adds it
-    to the head's; isolated on one rank, 96-104 us for tiny's 16 K elements and 119-199 us for small's
-    131 K, whatever the batch; one overhead for both made small's 10-45 % short and tiny-deep's 11-120 %
-    long inside a step. The scores term prices the CPU attention kernel's
-    work per score, whatever the head's size: interleaved on one rank, a layer of 8 heads of 8 took 9-20 %
-    longer backward than one of 4 heads of 16 with the same FLOPs, the extra growing as seq^2 x heads
-    (2.5-3.2 ns a score forward, 7-10 ns backward, at seq 32-128). With ``tau`` (and rows that timed their
-    gaps) the embedding and the head pay ``cold_<kind>`` x their ops' mean ``1 - exp(-gap / tau)`` besides:
-    the caches they find cold (calibrate/cold.py)."""
-    design, seconds, extras = _unit_design(rows, phase, extras, tau)
-    coefficients = _nonnegative_fit(design, seconds)
+    (kind, flops, seconds, and each of ``extras``: "scores", a layer's attention scores, batch x heads x seq^2;
+    0 where a row lacks it) by least squares on the relative error (each row weighted by 1 / its seconds: the
+    units a step sums span 0.1 to 4 ms and are judged by their relative error) with non-negative terms. The
+    overhead is the framework's per-op cost, which dominates small models on a CPU; the scores term the CPU
+    attention kernel's work per score, whatever the head's size (a layer of 8 heads of 8 takes 9-20 % longer
+    backward than one of 4 heads of 16 with the same FLOPs)."""
+    design = np.array([[r["unit"] == k for k in UNIT_KINDS] + [r.get(extra, 0) for extra in extras]
+                       + [r[f"{phase}_flops"]] for r in rows], dtype=float)
+    coefficients = _nonnegative_fit(design, np.array([r[f"{phase}_s"] for r in rows]))
     per_flop = max(float(coefficients[-1]), 1e-15)
     overheads = [float(c) for c in coefficients[:len(UNIT_KINDS)]]
     per_extra = {extra: float(coefficients[len(UNIT_KINDS) + i]) for i, extra in enumerate(extras)}
     return overheads + [1.0 / per_flop], per_extra
-
-
-def unit_fit_residual(rows: list[dict], phase: str, extras: tuple[str, ...], tau: float) -> float:
-    """The sum of squared relative errors ``fit_unit_costs`` leaves on ``rows`` (how ``tau`` is chosen)."""
-    design, seconds, _ = _unit_design(rows, phase, extras, tau)
-    priced = design @ _nonnegative_fit(design, seconds)
-    return float(np.sum((priced / seconds - 1.0) ** 2))
-
-
-def _unit_design(rows: list[dict], phase: str, extras: tuple[str, ...], tau: float):
-    if tau > 0 and all(f"{phase}_gaps" in r for r in rows):
-        extras = extras + tuple(f"cold_{kind}" for kind in COLD_KINDS)
-        rows = [{**r, **{f"cold_{k}": cold_share(r[f"{phase}_gaps"], tau) if r["unit"] == k else 0.0
-                         for k in COLD_KINDS}} for r in rows]
-    columns = [[r["unit"] == k for k in UNIT_KINDS] + [r.get(extra, 0) for extra in extras] + [r[f"{phase}_flops"]]
-               for r in rows]
-    return np.array(columns, dtype=float), np.array([r[f"{phase}_s"] for r in rows]), extras
 
 
 def _nonnegative_fit(design: np.ndarray, seconds: np.ndarray) -> np.ndarray:
@@ -108,49 +79,26 @@ def ring_price(op: str, size: int, world: int, alpha: float, bandwidth: float) -
     return ring_steps(op, world) * (alpha + step_bytes(op, size, world) / bandwidth)
 
 
-def fit_collective_costs(rows: list[dict], wake: float | None = None,
-                         own_handoff_step: bool = False) -> tuple[float, float, float, float, float]:
-    """(wake seconds, handoff wake seconds, per-step seconds, bytes/s, handoff per-step seconds) of ``seconds =
-    wake[op] + calls x steps (alpha + step_bytes / bandwidth)`` (a compute burst, then ``calls`` collectives of
-    ``steps`` ring steps in a row, or ``calls`` pipeline handoffs of one step each) fitted to ``rows`` by least
-    squares: one step latency and bandwidth for both (a handoff is one exchange with a neighbour, as a ring step
-    is), a wake of their own (a collective's first call waits for the slowest of its whole group to finish
-    computing, a handoff for one neighbour); the handoff's step latency is then the ring's. With
-    ``own_handoff_step`` the collectives' wake, step latency and bandwidth are fitted on their rows alone and the
-    handoffs' wake and step latency on theirs, at that bandwidth: with ``SIMPAR_GLOO_BATCH=1`` gloo's transport
-    thread runs at SCHED_BATCH inside a collective, not around a pipeline's send and receive
-    (real/gloo_threads.py), and fitted as one, the collectives' cheaper steps put a pipeline send's extra into its
-    wake (at 2 ranks 0.99-1.63 ms against 0.0-0.21 with the threads as gloo made them; pp then read +13 to +27 %
-    long). A collective ``wake`` measured apart (``series_wake``) is taken as given instead of fitted. A term
-    that fits below zero (noise) is fixed at zero and the others refitted; a handoff wake without handoff rows
-    is 0."""
+def fit_collective_costs(rows: list[dict], wake: float | None = None) -> tuple[float, float, float, float, float]:
+    """(wake seconds, handoff wake seconds, per-step seconds, bytes/s, the handoff's per-step seconds: the ring's)
+    of ``seconds = wake[op] + calls x steps (alpha + step_bytes / bandwidth)`` (a compute burst, then ``calls``
+    collectives of ``steps`` ring steps in a row, or ``calls`` pipeline handoffs of one step each) fitted to
+    ``rows`` by least squares: one step latency and bandwidth for both (a handoff is one exchange with a
+    neighbour, as a ring step is), a wake of their own (a collective's first call waits for the slowest of its
+    whole group to finish computing, a handoff for one neighbour). A collective ``wake`` measured apart
+    (``series_wake``) is taken as given. A term that fits below zero (noise) is fixed at zero and the others
+    refitted; a handoff wake without handoff rows is 0."""
     def steps(row: dict) -> int:  # ring steps (or handoffs) a row's calls take in all
         return row.get("calls", 1) * row["steps"]
 
-    if not own_handoff_step:
-        design = np.array([[float(r["op"] != "handoff"), float(r["op"] == "handoff"), steps(r),
-                            steps(r) * r["step_bytes"]] for r in rows])
-        seconds = np.array([r["seconds"] for r in rows])
-        if wake is not None:
-            seconds = seconds - wake * design[:, 0]
-            design[:, 0] = 0.0
-        fitted, handoff, alpha, per_byte = _nonnegative(design, seconds)
-        return (fitted if wake is None else wake), handoff, alpha, 1.0 / per_byte if per_byte > 0 else 1e12, alpha
-    collectives = [r for r in rows if r["op"] != "handoff"]
-    handoffs = [r for r in rows if r["op"] == "handoff"]
-    design = np.array([[1.0, steps(r), steps(r) * r["step_bytes"]] for r in collectives]).reshape(-1, 3)
-    seconds = np.array([r["seconds"] for r in collectives])
+    design = np.array([[float(r["op"] != "handoff"), float(r["op"] == "handoff"), steps(r),
+                        steps(r) * r["step_bytes"]] for r in rows])
+    seconds = np.array([r["seconds"] for r in rows])
     if wake is not None:
-        seconds = seconds - wake
+        seconds = seconds - wake * design[:, 0]
         design[:, 0] = 0.0
-    fitted, alpha, per_byte = _nonnegative(design, seconds)
-    bandwidth = 1.0 / per_byte if per_byte > 0 else 1e12
-    if not handoffs:
-        return (fitted if wake is None else wake), 0.0, alpha, bandwidth, alpha
-    moved = np.array([steps(r) * r["step_bytes"] for r in handoffs]) * per_byte
-    handoff, handoff_alpha = _nonnegative(np.column_stack([np.ones(len(handoffs)), [steps(r) for r in handoffs]]),
-                                          np.array([r["seconds"] for r in handoffs]) - moved)
-    return (fitted if wake is None else wake), handoff, alpha, bandwidth, handoff_alpha
+    fitted, handoff, alpha, per_byte = _nonnegative(design, seconds)
+    return (fitted if wake is None else wake), handoff, alpha, 1.0 / per_byte if per_byte > 0 else 1e12, alpha
 
 
 def _nonnegative(design: np.ndarray, seconds: np.ndarray) -> list[float]:
@@ -167,25 +115,20 @@ def _nonnegative(design: np.ndarray, seconds: np.ndarray) -> list[float]:
         free.remove(min(negative, key=lambda i: coefficients[i]))
 
 
-def fit_compute(alone: list[dict]) -> tuple[dict, float, list[float], float, list[float], dict]:
-    """({phase: unit costs} fitted to ``average_passes``' rows, the executor's work between ops per op of
-    the plan: one figure for every model and batch, as it is Python around each op, not the op's work;
-    its optimizer step [seconds per step, parameters per second]: a line over the models' sizes; seconds per
-    element of the embedding's table in its backward; [forward, backward] seconds per attention score of a
-    layer: ``fit_unit_costs``; the embedding's and head's cold caches, {"tau", "fwd", "bwd"}: the decay time
-    of ``cold.TAUS`` that leaves the least relative error over both phases, {} for rows without gaps)."""
-    phases = (("fwd", ("scores",)), ("bwd", ("table", "scores")))
-    timed_gaps = all("fwd_gaps" in row for row in alone)
-    tau = min(TAUS, key=lambda t: sum(unit_fit_residual(alone, phase, extras, t) for phase, extras in phases)) \
-        if timed_gaps else 0.0
-    compute, scores, cold = {}, [], {"tau": tau} if timed_gaps else {}
-    for phase, extras in phases:
-        compute[phase], fitted = fit_unit_costs(alone, phase, extras, tau)
+def fit_compute(alone: list[dict]) -> tuple[dict, list[float], list[float]]:
+    """({phase: unit costs}, [forward, backward] seconds per attention score, the optimizer step [seconds,
+    params/s]) fitted to ``average_passes``' rows (``fit_unit_costs``, ``fit_optimizer_step``)."""
+    compute, scores = {}, []
+    for phase in ("fwd", "bwd"):
+        compute[phase], fitted = fit_unit_costs(alone, phase, ("scores",))
         scores.append(fitted["scores"])
-        if cold:
-            cold[phase] = {kind: fitted[f"cold_{kind}"] for kind in COLD_KINDS}
-    step = fit_optimizer_step(alone)
-    return compute, statistics.fmean(row["between_ops_s"] for row in alone), step, fitted["table"], scores, cold
+    return compute, scores, fit_optimizer_step(alone)
+
+
+def fit_handling(alone: list[dict]) -> dict[str, list[float]]:
+    """{kind: [seconds per parameter tensor, seconds per parameter]} of the executor's handling of a data-parallel
+    call's data: "" an all-reduce's (``fit_tensor_work``), and ZeRO's ways (``fit_sharded_work``)."""
+    return {"": fit_tensor_work(alone), **fit_sharded_work(alone)}
 
 
 def fit_tensor_work(alone: list[dict], key: str = "reduce_s") -> list[float]:
@@ -218,39 +161,25 @@ def fit_sharded_work(alone: list[dict]) -> dict[str, list[float]]:
     return {kind: fit for kind, fit in fits.items() if fit and min(fit) >= 0 < sum(fit)}
 
 
-def adam_per_tensor(steps: list[dict]) -> float:
-    """Seconds Adam's step costs per tensor beyond the first, from ``host_worker``'s rows: the split row (its
-    parameters in ``tensors`` tensors) less the one-tensor row of as many parameters (else the one-tensor rows'
-    line there), over the tensors beyond the first; at least 0, and 0 without a split row (older samples)."""
-    one = [s for s in steps if s["optimizer"] == "adam" and "tensors" not in s]
-    split = [s for s in steps if s["optimizer"] == "adam" and s.get("tensors", 1) > 1]
-    if not split or not one:
-        return 0.0
-    row = split[0]
-    same = [s["seconds"] for s in one if s["params"] == row["params"]]
-    if same:
-        whole = same[0]
-    elif len({s["params"] for s in one}) > 1:
-        overhead, seconds_per_param = fit_line([s["params"] for s in one], [s["seconds"] for s in one])
-        whole = overhead + seconds_per_param * row["params"]
-    else:
-        return 0.0
-    return max((row["seconds"] - whole) / (row["tensors"] - 1), 0.0)
-
-
 def fit_optimizer_step(alone: list[dict]) -> list[float]:
     """[overhead s, params/s] of the executor's Adam step op, a line through (parameters, seconds) of the
-    calibrated models (one point per model and batch: the batch does not change the step), less the
-    gradients' concatenation it begins with where that was timed (``concat_s``: ``step_concat``, which
-    ZeRO-2 and 3 do not pay); [] for rows from before the step was timed, or a flat fit (``fit_line`` keeps
-    both terms non-negative)."""
+    calibrated models (the batch does not change the step); [] for a flat fit or a single size."""
     rows = {(row["model"], row["batch"]): row for row in alone if "step_s" in row}
     if len({row["params"] for row in rows.values()}) < 2:
         return []
-    apart = all("concat_s" in row for row in rows.values())
     overhead, seconds_per_param = fit_line([row["params"] for row in rows.values()],
-                                           [row["step_s"] - (row["concat_s"] if apart else 0.0)
-                                            for row in rows.values()])
-    if seconds_per_param <= 0:
-        return []
-    return [overhead, 1.0 / seconds_per_param]
+                                           [row["step_s"] for row in rows.values()])
+    return [overhead, 1.0 / seconds_per_param] if seconds_per_param > 0 else []
+
+
+def series_wake(series_by_rank: list[list[list[float]]]) -> float:
+    """What the first of a series of calls after computing pays beyond each call after it, from
+    ``pattern_worker``'s timestamps (every rank's list of [compute end, each call's end], repetition by
+    repetition): per repetition, the first call's time averaged over the ranks less the mean of the calls
+    after it; the mean over repetitions. Paired inside each repetition, it does not move with the machine's
+    drift; it holds both the wait for the slowest rank and a slow first call."""
+    extra = []
+    for marks in zip(*series_by_rank):  # one repetition, every rank
+        calls = [statistics.fmean(m[i + 1] - m[i] for m in marks) for i in range(len(marks[0]) - 1)]
+        extra.append(calls[0] - statistics.fmean(calls[1:]))
+    return max(statistics.fmean(extra), 0.0) if extra else 0.0

@@ -71,34 +71,6 @@ def late_worker(ctx, laps: int, sizes: tuple[int, ...] = LATE_SIZES) -> dict:
     return out
 
 
-def busy_late_worker(ctx, laps: int, sizes: tuple[int, ...] = LATE_SIZES) -> dict:
-    """``late_worker``'s late receives of one pair (ranks 0 and 1) while ``k`` other ranks compute the unit
-    without a pause, for every k from 0 to world - 2, the rest blocked at a barrier: what a late receive costs
-    by the ranks computing while it waits (the sender, computing its units, and the k), not by the ranks there
-    are. A pipeline on fewer cores than stages computes on one or two stages at a time (pp at 4 ranks on 2
-    cores: 1.3 stages on average), and its late receives took 1.9 ms on average, where ``late_worker``'s, every
-    rank computing, took 4.6 (docs/calibration.md). {str(ranks computing): {str(bytes): [seconds of each late
-    receive]}} on ranks 0 and 1, {} on the others. The busy ranks stop when rank 0 says so through the
-    process group's store, read between units (a gloo ``irecv`` never reads completed until waited on)."""
-    comm, rank, n = CountingComm(ctx.rank), ctx.rank, ctx.world
-    store = dist.distributed_c10d._get_default_store()
-    unit, out = _unit_burst(), {}
-    for _ in range(3):
-        unit()
-    for busy in range(n - 1):
-        done = f"simpar-busy-late-{busy}"
-        dist.barrier()
-        if rank < 2:
-            out[str(busy + 1)] = _late_laps(comm, rank, rank ^ 1, unit, laps, sizes)
-            if rank == 0:
-                store.set(done, "1")
-        elif rank < 2 + busy:
-            while not store.check([done]):
-                unit()
-    dist.barrier()
-    return out
-
-
 def _late_laps(comm: CountingComm, rank: int, partner: int, unit, laps: int, sizes: tuple[int, ...]) -> dict:
     """One pair's late receives, roles swapped lap by lap: the sender ``isend``s, computes the unit twice,
     then waits on the send; the receiver computes the unit once, then posts its receive, timed, so the
@@ -126,9 +98,8 @@ def _late_laps(comm: CountingComm, rank: int, partner: int, unit, laps: int, siz
 def late_recv_cost(late_by_rank: list[dict], bytes_per_s: float) -> float:
     """Seconds a late receive takes beyond moving its bytes, from every rank's ``late_worker`` record:
     the mean over sizes of each size's mean receive less its bytes at ``bytes_per_s`` (the ring step's
-    bandwidth); the mean, not the median, as a step pays the tail too: at 2 ranks on the development VM
-    most late receives took 0.15-0.2 ms and about one in four a scheduler tick, 4 ms (the sender's gloo
-    thread waiting for a core its rank computes on), 0.9-1.4 ms on average. 0 without records."""
+    bandwidth); the mean, not the median, as a step pays the tail too (now and then a scheduler tick: the
+    sender's gloo thread waits for a core its rank computes on). 0 without records."""
     per_size = []
     for size in late_by_rank[0] if late_by_rank else ():
         seconds = [t for rank in late_by_rank for t in rank.get(size, [])]

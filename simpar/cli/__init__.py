@@ -65,7 +65,10 @@ def write_json(data, destination: str) -> bool:
 def build_parser() -> argparse.ArgumentParser:
     from simpar.cli import calibrate, catalog, collective, lessons, models, plot, run, search, validate
 
+    from simpar import __version__
+
     parser = _Parser(prog="simpar", description="Simulate, run for real and teach distributed training.")
+    parser.add_argument("--version", action="version", version=f"simpar {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     run.register(sub)
     collective.register(sub)

@@ -78,10 +78,11 @@ def register(sub) -> None:
                         "(reduce-scatter with --sequence-parallel) overlaps the weight-gradient GEMM")
     p.add_argument("--grad-accum-dtype", help="dtype of the main gradients: fp32 (Megatron; 18 bytes per parameter "
                                               "with mixed-precision Adam), bf16 or fp16 (default: the weights')")
-    p.add_argument("--fast", action="store_true",
-                   help="price every op at a fixed duration, each network op once on an idle network (the fast "
-                        "path of search and validate --published): seconds instead of minutes at thousands of "
-                        "GPUs; contention between overlapping transfers is left out; 3D plans only")
+    p.add_argument("--exact", action="store_true",
+                   help="simulate every op as events, links shared under contention, every micro-batch. Without it "
+                        "pipeline and tensor-parallel plans (pp, tp, 3d) are priced on the fast path: every op at a "
+                        "fixed duration, each network op once on an idle network, a long pipeline from two short "
+                        "ones (seconds instead of minutes at thousands of GPUs; tests hold it to this)")
     p.add_argument("--no-replay", action="store_true",
                    help="simulate every collective in full, even when a recorded one could be replayed")
     p.add_argument("--memory-timeline", action="store_true",
@@ -209,9 +210,6 @@ def run(args) -> int:
 
         require()
     scenario, notes = scenario_and_notes(args)
-    if args.compare_real and args.fast:
-        raise SimparError("--fast: --compare-real prices the run op by op as the executor performs it; leave "
-                          "--fast out")
     if args.compare_real:
         from simpar.cli.run_compare import run_and_compare  # imports torch: only when asked
 
@@ -226,11 +224,9 @@ def run(args) -> int:
             profile.apply(topology)
         else:
             topology = profile.topology(scenario.cluster.gpus, scenario.train.precision)
-    if args.fast and args.trace:
-        raise SimparError("--fast: a trace records every link over time, which only the full simulation does; "
-                          "leave --fast or --trace out")
+    quick = on_fast_path(scenario, topology) and not (args.exact or args.trace or args.no_replay)
     result = simulate(scenario, topology=topology, replay=not args.no_replay, record_links=bool(args.trace),
-                      progress=True, fast=args.fast)
+                      progress=True, fast=quick, extrapolate=quick)
     wrote = write_figures(args, scenario, {"scenario": scenario_json(scenario),
                                            "sim": result.to_json(timeline=True, ops=True, links=True)})
     if args.json and write_json({"scenario": scenario_json(scenario), "inputs": notes,
@@ -243,6 +239,15 @@ def run(args) -> int:
     for line in wrote:
         print(line)
     return 0
+
+
+FAST_STRATEGIES = ("pp", "tp", "3d")  # Megatron-style plans: tests/test_fast_path.py holds them to the events
+
+
+def on_fast_path(scenario: Scenario, topology) -> bool:
+    """Whether ``simpar run`` prices the scenario on the fast path by default: a pipeline or tensor-parallel plan
+    on GPUs (CPU ranks sharing cores need the events: sim/cores.py)."""
+    return scenario.strategy.name in FAST_STRATEGIES and (topology is None or topology.core_slowdown is None)
 
 
 def write_figures(args, scenario: Scenario, result: dict) -> list[str]:

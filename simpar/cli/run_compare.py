@@ -3,22 +3,22 @@ with one process per rank, and print both side by side with relative errors."""
 
 from __future__ import annotations
 
+import os
 import sys
+from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
 from simpar import units
 from simpar.cli import write_json
-from simpar.calibrate import default_path
-from simpar.calibrate.profile import HardwareProfile
+from simpar.calibrate import calibrate, default_path, quick_worlds
+from simpar.calibrate.profile import VERSION, HardwareProfile
 from simpar.flops import utilisation
 from simpar.cli.run import is_gpu_profile, scenario_json, write_figures
 from simpar.errors import SimparError
 from simpar.plan import OP_CLASSES
 from simpar.real.compare import MEMORY_ROWS, comparison, run_real
-from simpar.real.cpu_profile import NOTE, cpu_topology
-from simpar.real.host_speed import relative
 from simpar.scenario import Scenario
 from simpar.sim import simulate
 
@@ -65,28 +65,44 @@ def run_and_compare(args, scenario: Scenario, notes: list[str] = ()) -> int:
 
 
 def machine_topology(args, scenario: Scenario):
-    """The machine the ranks run on: --hardware, else this machine's calibrated profile, else the
-    built-in rough one; with a line saying which, and how fast the cores ran while the profile was
-    calibrated (host_speed.py; None if unknown)."""
+    """The machine the ranks run on: --hardware, else this machine's cached profile (``simpar calibrate``'s, or
+    a quick one measured now, about half a minute, and cached for the next run); with a line saying which."""
     world, precision = scenario.cluster.gpus, scenario.train.precision
-    path = args.hardware
-    if path is None and default_path(precision).exists():
-        path = str(default_path(precision))
-    if path is not None and is_gpu_profile(path):
+    path = args.hardware or str(default_path(precision))
+    if is_gpu_profile(path):
         raise SimparError("--hardware: a GPU profile prices simulated GPU clusters; --compare-real runs these "
                           "ranks on this machine's CPU and needs a CPU profile (simpar calibrate) or none")
-    if path is None:
-        return cpu_topology(world), NOTE + " (run 'simpar calibrate' to measure this machine)", None
+    if args.hardware is None and not usable(path, world):
+        worlds = quick_worlds(world)
+        print(f"no profile of this machine for {world} ranks yet: measuring it ({', '.join(map(str, worlds))} ranks, "
+              f"about half a minute; 'simpar calibrate' takes the full one)", file=sys.stderr)
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        with tqdm(total=len(worlds) + 2, desc="calibrating", unit="stage", file=sys.stderr, disable=None) as bar:
+            calibrate(precision, worlds, quick=True, progress=lambda message: bar.update()).save(path)
     profile = HardwareProfile.load(path)
-    mismatch = profile.awake_mismatch()  # (a GPU profile was refused above)
-    note = f"the simulator priced this run with the hardware profile {path} (simpar calibrate: micro-benchmarks " \
-        f"of this machine)" + (f"; warning: {mismatch}" if mismatch else "")
-    return profile.topology(world, precision), note, profile.machine.get("host_speed")
+    kind = "a quick calibration" if profile.machine.get("quick") else "simpar calibrate"
+    note = f"the simulator priced this run with the hardware profile {path} ({kind}: micro-benchmarks of this machine)"
+    return profile.topology(world, precision), note
+
+
+def usable(path: str, world: int) -> bool:
+    """Whether the cached profile at ``path`` is of this simpar and measured the ranks a run of ``world`` needs
+    (the largest it measured covers larger worlds where the ranks outnumber the cores)."""
+    import json
+
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return False
+    if not isinstance(data, dict) or data.get("version") != VERSION:
+        return False
+    measured = [int(w) for w in data.get("ring", {})]
+    return bool(measured) and (world in measured or max(measured) >= min(world, 2 * (os.cpu_count() or 1)))
 
 
 def report(args, scenario: Scenario, real: dict, backend: str, notes: list[str], beside: dict | None = None) -> int:
     """Simulate the scenario on this machine's profile and print (or write) it beside ``real``."""
-    topology, note, calibrated_speed = machine_topology(args, scenario)
+    topology, note = machine_topology(args, scenario)
     simulated = simulate(scenario, topology=topology, replay=not args.no_replay, serial=True,
                          record_links=bool(args.trace))
     sim = simulated.to_json(timeline=args.memory_timeline, ops=args.op_timeline)
@@ -94,9 +110,6 @@ def report(args, scenario: Scenario, real: dict, backend: str, notes: list[str],
     real = {**real, **utilisation(scenario, real["step_time_s"], topology)}
     result = {"scenario": scenario_json(scenario), "inputs": notes, "profile": note, "sim": sim, "real": real,
               "comparison": comparison(sim, real)}
-    speed = relative(real.get("host_speed"), calibrated_speed)
-    if speed:  # how fast the cores ran over the timed steps against while the profile was measured
-        result["host_speed"] = {"run": real["host_speed"], "profile": calibrated_speed, "relative": speed}
     if beside is not None:
         result["deepspeed"] = beside
     wrote = write_figures(args, scenario, {**result, "sim": simulated.to_json(timeline=True, ops=True, links=True)})
@@ -163,7 +176,3 @@ def print_comparison(scenario: Scenario, result: dict, backend: str) -> None:
             print(_line(category, row, units.human_bytes))
     for note in result["real"]["notes"] + result["sim"]["notes"]:
         print(f"note: {note}")
-    if result.get("host_speed"):
-        print(f"note: the cores ran {result['host_speed']['relative']:.2f}x as fast over the timed steps as while "
-              f"the profile was calibrated (the spinners' loop, host_speed.py); this VM's speed moves by up to 2-3x "
-              f"within seconds")

@@ -33,11 +33,6 @@ def register(sub) -> None:
     p.add_argument("--repeats", default="1", help="real runs per case, their median compared (default 1; the "
                                                    "spread between runs is reported); taken in rounds, every "
                                                    "case once per round")
-    p.add_argument("--compute", default="profile", choices=("profile", "retimed"),
-                   help="the units' compute the cases are priced with: 'profile' (default) as calibrated; "
-                        "'retimed' times it again after each round of runs with the calibration's own one-rank "
-                        "benchmark (about 15 s a round), so it is of the same hour as the runs: tells a miss "
-                        "of the model from a calibration taken in a fast or slow window")
     p.add_argument("--calibrate-after", nargs="?", const="end", choices=("rounds", "end", "none"),
                    help="calibrate again among the runs (about 1.5 minutes a world size) and price the cases "
                         "with a profile of the runs' own window, on a machine whose state moves within an hour. "
@@ -111,9 +106,6 @@ def run(args) -> int:
     seconds = units.non_negative(args.seconds, "--seconds")
     profile_path = args.hardware or str(ensure_profile("fp32"))
     profile = HardwareProfile.load(profile_path)
-    mismatch = profile.awake_mismatch() if isinstance(profile, HardwareProfile) else ""
-    if mismatch:
-        print(f"warning: {mismatch}", file=sys.stderr)
     cpu_ranks = isinstance(profile, HardwareProfile)
     if args.calibrate_after in ("rounds", "end") and not cpu_ranks:
         raise SimparError("--calibrate-after: calibrates CPU ranks; the --hardware profile is a GPU's (use none)")
@@ -137,7 +129,7 @@ def run(args) -> int:
     record: dict = {}
     with tqdm(total=len(pairs) * repeats, desc="validating", unit="run", file=sys.stderr, disable=None) as bar:
         cases = run_cases(profile, pairs, "fp32", steps, timeout, repeats, progress=bar.update,
-                          retime=args.compute == "retimed", seconds=seconds,
+                          seconds=seconds,
                           after=later.priced if later else None, after_round=later.after_round if later else None, record=record)
     if args.save:
         from simpar.validate import save_runs
@@ -153,26 +145,18 @@ def run(args) -> int:
         if over_all:
             result["resolution_whole"] = over_all
     before_too = not later or later.counts_before()
-    files = write_report(out, profile_path, cases, result, retimed=args.compute == "retimed",
-                         after=", ".join(after_paths), before_too=before_too)
+    files = write_report(out, profile_path, cases, result, after=", ".join(after_paths), before_too=before_too)
     if args.json and write_json({"summary": result, "cases": cases, "hardware": profile_path,
-                                 "calibrated_after": after_paths or None, "compute": args.compute}, args.json):
+                                 "calibrated_after": after_paths or None}, args.json):
         return 0
     for c in cases:
         print(f"  {c['strategy']:<8}{c['gpus']:>3} ranks  simulated {units.human_time(c['sim_step_s']):>10}  "
               f"measured {units.human_time(c['real_step_s']):>10}  {100 * c['error']:+6.1f} %  "
               f"spread {100 * c['spread']:3.0f} %  "
-              f"bytes {'exact' if c['bytes_exact'] else 'DIFFER'}"
-              + (f"  | at the window's speed {100 * c['speed_error']:+6.1f} %  spread {100 * c['speed_spread']:3.0f} %"
-                 if "speed_error" in c else ""))
+              f"bytes {'exact' if c['bytes_exact'] else 'DIFFER'}")
     print(f"median |error| {100 * result['median_abs_error']:.1f} %, max {100 * result['max_abs_error']:.1f} %, "
           f"median run-to-run spread {100 * result['median_spread']:.1f} %, "
           f"bytes exact: {result['bytes_exact']}; report: {', '.join(str(f) for f in files)}")
-    if "median_abs_speed_error" in result:
-        print(f"at the window's speed (each run set at how fast the cores ran over all the runs, read off the "
-              f"spinners; {result['speed_cases']} of {len(cases)} cases, those whose ranks fit the cores): "
-              f"median |error| {100 * result['median_abs_speed_error']:.1f} %, max "
-              f"{100 * result['max_abs_speed_error']:.1f} %, median spread {100 * result['median_speed_spread']:.1f} %")
     if result.get("resolution"):
         from simpar.referee import describe, describe_whole
 

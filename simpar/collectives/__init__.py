@@ -169,14 +169,15 @@ def call_delay(topology: Topology, wakes: bool, handoff: bool = False) -> float:
 
 
 def collective(network: Network, phases: list[Phase], tag: str = "", proto: nccl.Protocol | None = None,
-               wake: float = 0.0, algo: str | None = None, step_shift: float = 0.0) -> simpy.Process:
+               wake: float = 0.0, algo: str | None = None) -> simpy.Process:
     """A SimPy process running the phases one after another, each phase's transfers at once.
     Under an NCCL ``proto`` the call first pays its base latency, each phase its steps' latency;
     otherwise ``wake`` seconds (``OpCosts.wake``: 0 but on calibrated CPU ranks, right after computing; below
     0, taken off its steps' latency, share and share alike, none below 0),
     and a Worker-Server call's legs their measured cost where the topology has it (``Topology.leg_pricing``);
-    elsewhere each step its route's latency and ``step_shift`` (``OpCosts.step_shift``: 0 but late in a series)."""
+    elsewhere each step its route's latency."""
     topology = network.topology
+    step_shift = 0.0
     delay = wake if proto is None else 0.0
     legs = topology.leg_pricing(algo, phases) if proto is None else None
     if delay < 0:  # cheaper than its steps at the step latency (after a short compute): each step pays less

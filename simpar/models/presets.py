@@ -26,6 +26,9 @@ PRESETS: dict[str, ModelSpec] = {
         ModelSpec("gpt2-large", layers=36, hidden=1280, heads=20, ffn=5120, seq=1024, positions=1024, **_GPT2),
         ModelSpec("gpt2-xl", layers=48, hidden=1600, heads=25, ffn=6400, seq=1024, positions=1024, **_GPT2),
         ModelSpec("gpt3-175b", layers=96, hidden=12288, heads=96, ffn=49152, seq=2048, positions=2048, **_GPT2),
+        # Narayanan et al. 2021 Table 1's largest row (1,008 B parameters, 3,072 A100s)
+        ModelSpec("megatron-1t", layers=128, hidden=25600, heads=160, ffn=102400, seq=2048, positions=2048,
+                  **{**_GPT2, "vocab": 51200}),
         ModelSpec("llama2-7b", layers=32, hidden=4096, heads=32, ffn=11008, **_LLAMA2),
         ModelSpec("llama2-13b", layers=40, hidden=5120, heads=40, ffn=13824, **_LLAMA2),
         ModelSpec("llama2-70b", layers=80, hidden=8192, heads=64, kv_heads=8, ffn=28672, **_LLAMA2),

@@ -14,9 +14,7 @@ Measured with two spinners: calls over 2 ms 1-4 % of the time, all-gathers 0.35 
 (exchanges 0.20-0.24 ms; 0.11-0.36 ms pinned).
 
 The spinners are plain ``python -c`` processes (no torch import: they start in milliseconds), die
-with simpar (``PR_SET_PDEATHSIG``), and are killed and reaped when the ranks are. Each also counts
-its loop's iterations and the CPU time it got, written down about twenty times a second: how fast
-its core ran while the ranks ran (``host_speed.py``), kept once it stops. Set
+with simpar (``PR_SET_PDEATHSIG``), and are killed and reaped when the ranks are. Set
 ``SIMPAR_KEEP_AWAKE=0`` to run without them (a profile calibrated one way prices runs taken the
 same way: the profile records it).
 """
@@ -27,36 +25,22 @@ import contextlib
 import os
 import subprocess
 import sys
-import tempfile
-from pathlib import Path
-
-from simpar.real import host_speed
 
 ENV = "SIMPAR_KEEP_AWAKE"
 
 # the spinner: die with the parent (prctl PR_SET_PDEATHSIG = 1, SIGKILL = 9), pin to one core, idle
 # priority, spin; where idle priority cannot be set the spinner exits with the error: it is an aid to
-# the ranks, not a need, and must never compete with them at normal priority. It spins in blocks of
-# ``loop`` iterations (about a millisecond) and after each, every 50 ms of wall time, writes a line
-# "wall-clock, its CPU seconds, iterations so far" to its trace (host_speed.Trace)
+# the ranks, not a need, and must never compete with them at normal priority
 _SPINNER = """
-import ctypes, ctypes.util, os, sys, time
-parent, core, trace = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+import ctypes, ctypes.util, os, sys
+parent, core = int(sys.argv[1]), int(sys.argv[2])
 ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").prctl(1, 9, 0, 0, 0)
 if os.getppid() != parent:
     sys.exit(0)
 os.sched_setaffinity(0, {core})
 os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-out, wall, cpu, loop = open(trace, "w", buffering=1), time.time, time.thread_time, 20000
-done, written = 0, 0.0
 while True:
-    for _ in range(loop):
-        pass
-    done += loop
-    now = wall()
-    if now - written >= 0.05:
-        out.write(f"{now:.4f} {cpu():.6f} {done}\\n")
-        written = now
+    pass
 """
 
 
@@ -70,19 +54,15 @@ def cores_kept_awake(active: bool = True):
     """Run the body with one spinner per core this process may use (when ``active`` and ``enabled()``);
     yields the spinners' processes (empty when none run)."""
     spinners: list[subprocess.Popen] = []
-    with tempfile.TemporaryDirectory(prefix="simpar-awake-") as traces:
-        cores = sorted(os.sched_getaffinity(0)) if active and enabled() else []
-        for core in cores:
-            spinners.append(subprocess.Popen([sys.executable, "-c", _SPINNER, str(os.getpid()), str(core),
-                                              str(Path(traces) / f"core{core}")],
-                                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                             stderr=subprocess.DEVNULL))
-        try:
-            yield spinners
-        finally:
-            for spinner in spinners:
-                spinner.kill()
-            for spinner in spinners:
-                spinner.wait()
-            host_speed.remember([host_speed.Trace.parse(core, path.read_text()) for core in cores
-                                 if (path := Path(traces) / f"core{core}").exists()])
+    cores = sorted(os.sched_getaffinity(0)) if active and enabled() else []
+    for core in cores:
+        spinners.append(subprocess.Popen([sys.executable, "-c", _SPINNER, str(os.getpid()), str(core)],
+                                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                         stderr=subprocess.DEVNULL))
+    try:
+        yield spinners
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+        for spinner in spinners:
+            spinner.wait()

@@ -8,9 +8,7 @@ chunk (i-k-1) mod n to rank i+1; in all-gather step k it sends chunk (i-k) mod n
 Worker-Server uses the group's first rank as the server (no dedicated server process).
 
 Sends in a ring step are posted non-blocking before the matching receive, so no step can
-deadlock whatever the world size. With ``SIMPAR_GLOO_BATCH=1`` a collective runs with gloo's transport
-threads at SCHED_BATCH, so they do not preempt the rank they serve and spin (gloo_threads.py); a pipeline's
-sends and receives do not.
+deadlock whatever the world size.
 """
 
 from __future__ import annotations
@@ -18,8 +16,6 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from simpar.real import gloo_threads
-from simpar.real.gloo_threads import in_batch
 
 
 class CountingComm:
@@ -56,13 +52,11 @@ class CountingComm:
         self._exchange(None, -1, tensor, src)
 
     # -- ring ---------------------------------------------------------------------------------
-    @in_batch
     def ring_reduce_scatter(self, flat: torch.Tensor, group: list[int], op: str = "sum") -> torch.Tensor:
         """Reduce ``flat`` over the group (``op`` sum or max); returns this rank's reduced chunk (a
         copy). ``flat`` is used as scratch: its other chunks hold partial results afterwards."""
         return self.ring_reduce_scatter_coalesced([flat], group, op)
 
-    @in_batch
     def ring_reduce_scatter_coalesced(self, pieces: list[torch.Tensor], group: list[int],
                                       op: str = "sum") -> torch.Tensor:
         """Reduce several tensors over the group in one ring (a coalesced call, as DeepSpeed's ZeRO-3 reduces
@@ -85,7 +79,6 @@ class CountingComm:
                     c[into] += part
         return torch.cat([c[i] for c in chunks])  # (a copy, even of one piece)
 
-    @in_batch
     def ring_all_gather(self, mine: torch.Tensor, numel: int, group: list[int]) -> torch.Tensor:
         """Gather every rank's chunk (``mine`` is chunk i of a ``numel``-element tensor)."""
         n, i = len(group), group.index(self.rank)
@@ -97,13 +90,11 @@ class CountingComm:
             self._exchange(chunks[(i - k) % n], right, chunks[(i - k - 1) % n], left)
         return out
 
-    @in_batch
     def ring_all_reduce(self, flat: torch.Tensor, group: list[int], op: str = "sum") -> torch.Tensor:
         mine = self.ring_reduce_scatter(flat, group, op)
         return self.ring_all_gather(mine, flat.numel(), group)
 
     # -- Worker-Server ------------------------------------------------------------------------
-    @in_batch
     def ps_all_reduce(self, flat: torch.Tensor, group: list[int]) -> torch.Tensor:
         """Workers push to the server (the group's first rank), which sums and sends the sum back."""
         server = group[0]
@@ -133,7 +124,6 @@ class NativeComm(CountingComm):
         self.sent = self.received = None
         # every rank creates every group, in the same order, as torch.distributed requires
         self._groups = {g: dist.new_group(list(g)) for g in groups}
-        gloo_threads.refresh()  # each gloo group made its own transport thread
 
     def _exchange(self, send, dst, recv, src) -> None:
         if send is not None and send.numel():
@@ -144,23 +134,19 @@ class NativeComm(CountingComm):
     def isend(self, tensor: torch.Tensor, dst: int):
         return dist.isend(tensor, dst)
 
-    @in_batch
     def ring_all_reduce(self, flat: torch.Tensor, group: list[int], op: str = "sum") -> torch.Tensor:
         if len(group) > 1:
             reduce_op = dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM
             dist.all_reduce(flat, op=reduce_op, group=self._groups[tuple(group)])
         return flat
 
-    @in_batch
     def ring_reduce_scatter(self, flat: torch.Tensor, group: list[int], op: str = "sum") -> torch.Tensor:
         reduced = self.ring_all_reduce(flat, group, op)
         return torch.tensor_split(reduced, len(group))[group.index(self.rank)].clone()
 
-    @in_batch
     def ring_reduce_scatter_coalesced(self, pieces: list[torch.Tensor], group: list[int]) -> torch.Tensor:
         return torch.cat([self.ring_reduce_scatter(piece, group) for piece in pieces])
 
-    @in_batch
     def ring_all_gather(self, mine: torch.Tensor, numel: int, group: list[int]) -> torch.Tensor:
         n = len(group)
         sizes = [c.numel() for c in torch.tensor_split(torch.empty(numel, device="meta"), n)]
@@ -174,6 +160,5 @@ class NativeComm(CountingComm):
             gathered.copy_(padded)
         return torch.cat([gathered[i * max(sizes):i * max(sizes) + size] for i, size in enumerate(sizes)])
 
-    @in_batch
     def ps_all_reduce(self, flat: torch.Tensor, group: list[int]) -> torch.Tensor:
         return self.ring_all_reduce(flat, group)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import statistics
 
 from simpar.plan import OP_CLASSES, op_class
-from simpar.real import host_speed
 from simpar.real.executor import check_supported, run_rank
 from simpar.real.instrument import timeline_seconds
 from simpar.real.launch import launch
@@ -83,12 +82,8 @@ def real_json(scenario: Scenario, ranks: list[dict], steps: int, collectives: st
                      "bytes sent and received are not measured")
     timelines = [{"program": plan.program_of(rank).name, "ranks": [rank], "ops": result["timeline"]}
                  for rank, result in enumerate(ranks)]  # the last step's, as the simulator's op_timeline
-    windows = [r["timed_window"] for r in ranks if "timed_window" in r]
-    # how fast the cores ran over the timed steps (host_speed.py; None without spinners)
-    speed = host_speed.reading(min(w[0] for w in windows), max(w[1] for w in windows)) if windows else None
     return {"step_time_s": step_time, "breakdown": totals, "ranks": out_ranks, "links": [], "steps": steps,
-            "losses": ranks[0]["losses"], "collectives": collectives, "notes": notes, "op_timeline": timelines,
-            "host_speed": speed}
+            "losses": ranks[0]["losses"], "collectives": collectives, "notes": notes, "op_timeline": timelines}
 
 
 def _error(sim: float, real: float | None) -> float | None:

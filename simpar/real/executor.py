@@ -340,13 +340,9 @@ def run_rank(ctx, scenario: Scenario, steps: int, seed: int, collectives: str = 
 
 def _train(ctx, executor: RankExecutor, steps: int) -> dict:
     shares = []
-    timed_from = time.time()  # wall-clock: the stretch whose host speed the run is read at (host_speed.py)
     for step in range(steps):
         shares.append(executor.step(step))
         ctx.step_done()
-        if step == 0 and steps > 1:  # the step time leaves the warm-up out
-            timed_from = time.time()
-    timed_until = time.time()
     losses = executor.mean_losses(shares)
     states = executor.states
     if states.params_sharded:  # parameters stay sharded after the step: gather
@@ -363,7 +359,7 @@ def _train(ctx, executor: RankExecutor, steps: int) -> dict:
     return {"losses": losses, "params": params, "bytes_sent": executor.comm.sent,
             "bytes_received": executor.comm.received, "offload_bytes": states.copied,
             "step_times": recorder.step_times, "timeline": recorder.timeline, "op_means": recorder.op_means(),
-            "memory": recorder.report(), "timed_window": (timed_from, timed_until)}
+            "memory": recorder.report()}
 
 
 def single_process(scenario: Scenario, steps: int, seed: int) -> dict:

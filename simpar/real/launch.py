@@ -10,8 +10,7 @@ child is killed and reaped, and the error names the rank and the op it was in. A
 between choosing and binding it is retried on another. Ctrl-C, SIGTERM and SIGHUP (raised as
 exceptions by the CLI) tear the children down too, and a rank dies with simpar if simpar is killed.
 Gloo ranks run beside one idle-priority spinner per core, which keeps an idle core from halting and
-waking a blocked receive a 4 ms tick late (awake.py); with SIMPAR_GLOO_BATCH=1 gloo's transport thread runs
-at SCHED_BATCH inside a collective, so it does not preempt the rank it serves and spin (gloo_threads.py).
+waking a blocked receive a 4 ms tick late (awake.py).
 """
 
 from __future__ import annotations

@@ -12,9 +12,9 @@ from simpar.plan import CATEGORIES, OP_CLASSES, Plan, Recv, op_class
 from simpar.scenario import Scenario
 from simpar.sim.breakdown import PARTS, program_breakdown
 from simpar.sim.memory_check import check_memory
+from simpar.sim.extrapolate import affine, points_for, with_microbatches
 from simpar.sim.fast import FastRun
 from simpar.sim.runner import Simulator
-from simpar.spread import draws_for
 from simpar.strategies import build_plan
 from simpar.topologies.graph import Topology
 
@@ -31,7 +31,6 @@ class SimResult:
     op_timeline: list[dict] = field(default_factory=list)  # per program: every op's start and end
     link_timeline: list[dict] = field(default_factory=list)  # per channel: utilisation over time (record_links)
     flops: dict = field(default_factory=dict)  # model_flops_per_gpu_s, mfu, hfu (simpar.flops)
-    draw_steps: list[float] = field(default_factory=list)  # each draw's step where the step is their mean
 
     def to_json(self, timeline: bool = False, ops: bool = False, links: bool = False) -> dict:
         data = {"step_time_s": self.step_time_s, **self.flops, "breakdown": self.breakdown, "ranks": self.ranks,
@@ -72,64 +71,57 @@ def _tail_wait(sim, prog, pi: int, step_time: float) -> float:
 def simulate(scenario: Scenario, topology: Topology | None = None, plan: Plan | None = None,
              replay: bool = True, check_oom: bool = True, serial: bool = False,
              record_links: bool = False, progress: bool = False, fast: bool = False,
-             draws: int | None = None) -> SimResult:
+             extrapolate: bool = False, network_cache: dict | None = None) -> SimResult:
     """Simulate one training step. Raises SimparError (naming rank and category) on OOM.
     ``serial`` prices each rank's ops one after another, as the reference executor runs them;
     ``record_links`` keeps every link's utilisation over time (and so simulates without replay);
     ``fast`` prices every op at a fixed duration (sim/fast.py: no contention between overlapping ops), except
     on CPU ranks sharing cores, whose compute times depend on how many compute at once (sim/cores.py);
-    ``draws``: where the topology carries the measured spread of a pipeline send's hold, the step is the mean of
-    this many simulations, each send's hold drawn from it (simpar/spread.py; None: ``DRAWS``, 0: one simulation,
-    every send at its mean)."""
+    ``extrapolate``: with ``fast``, a long pipeline's step from two short ones
+    (sim/extrapolate.py); ``network_cache``: the fast path's network op times, shared between calls on ``topology``."""
     topology = topology or build_topology(scenario)
+    if fast and extrapolate and plan is None and len(points_for(scenario)) > 1:
+        return _extrapolated(scenario, topology, check_oom, serial, progress)
     plan = plan or build_plan(scenario)
-    if check_oom:
+    if check_oom and not fast:  # (the fast path checks its own trackers after the step)
         check_memory(scenario, plan, topology.graph.nodes[topology.gpus[0]]["spec"], topology)
     serial = serial or not scenario.strategy.overlap_comm
-    most = draws_for(topology, plan, serial)
-    count = most if draws is None else min(draws, most)
-    if not count:
-        return simulate_once(scenario, topology, plan, replay, check_oom, serial, record_links, progress, fast)
-    return _mean_of_draws(scenario, topology, [
-        simulate_once(scenario, topology, plan, replay, check_oom, serial, record_links, progress, fast, draw)
-        for draw in range(count)])
+    return simulate_once(scenario, topology, plan, replay, check_oom, serial, record_links, progress, fast,
+                         network_cache)
 
 
-def _mean_of_draws(scenario: Scenario, topology: Topology, results: list[SimResult]) -> SimResult:
-    """One result for several draws of a step: its time, breakdown and each rank's parts and busy time the
-    means over the draws (each draw's parts add up to its step, so the means add up to the mean); bytes and
-    memory are the same in every draw; timelines and links from the draw whose step is nearest the mean."""
-    steps = [r.step_time_s for r in results]
-    mean = sum(steps) / len(steps)
-    nearest = min(results, key=lambda r: abs(r.step_time_s - mean))
-
-    def averaged(dicts: list[dict]) -> dict:
-        return {key: sum(d[key] for d in dicts) / len(dicts) for key in dicts[0]}
-
-    ranks = [{**rank, "breakdown": averaged([r.ranks[i]["breakdown"] for r in results]),
-              "op_time": averaged([r.ranks[i]["op_time"] for r in results])} for i, rank in enumerate(nearest.ranks)]
-    spread = (sum((t - mean) ** 2 for t in steps) / len(steps)) ** 0.5
-    note = (f"pipeline sends: each one's hold drawn from its measured spread; the step is the mean of "
-            f"{len(steps)} draws (SD {1e3 * spread:.2f} ms; simpar/spread.py), timelines from the draw nearest it")
-    return replace(nearest, step_time_s=mean, breakdown=averaged([r.breakdown for r in results]), ranks=ranks,
-                   notes=nearest.notes + [note], flops=utilisation(scenario, mean, topology), draw_steps=steps)
+def _extrapolated(scenario: Scenario, topology: Topology, check_oom: bool, serial: bool, progress: bool) -> SimResult:
+    """The step at the scenario's micro-batches from the fast path at two shorter counts (sim/extrapolate.py)."""
+    m, points = scenario.microbatches, points_for(scenario)
+    shared: dict = {}  # the network ops of both points are the same: priced once
+    results = [simulate(with_microbatches(scenario, k), topology, check_oom=check_oom, serial=serial,
+                        progress=progress, fast=True, network_cache=shared) for k in points]
+    data = affine([r.to_json() for r in results], points, m)
+    gpu = topology.graph.nodes[topology.gpus[0]]["spec"]
+    if check_oom and any(r["memory"]["peak"] > gpu.memory_bytes for r in data["ranks"]):
+        check_memory(scenario, build_plan(scenario), gpu, topology)  # says which rank and category, and raises
+    note = (f"{m} micro-batches priced from {points[0]} and {points[1]} (a full pipeline's step is affine in them: "
+            f"sim/extrapolate.py); timelines are of {points[1]}")
+    return replace(results[-1], step_time_s=data["step_time_s"], breakdown=data["breakdown"], ranks=data["ranks"],
+                   links=data["links"], server=data.get("server"), notes=data["notes"] + [note],
+                   flops=utilisation(scenario, data["step_time_s"], topology))
 
 
 def simulate_once(scenario: Scenario, topology: Topology, plan: Plan, replay: bool = True, check_oom: bool = True,
                   serial: bool = False, record_links: bool = False, progress: bool = False, fast: bool = False,
-                  draw: int | None = None) -> SimResult:
+                  network_cache: dict | None = None) -> SimResult:
     """One simulation of the step, as ``simulate``'s arguments say (``serial`` as given: ``simulate`` adds the
-    strategy's own); ``draw``: each pipeline send's hold drawn from its spread, seeded by it (None: its mean)."""
+    strategy's own)."""
     gpu = topology.graph.nodes[topology.gpus[0]]["spec"]
     total = sum(len(p.ops) for p in plan.programs)
     # a bar on a terminal, for runs that take more than a couple of seconds (tqdm's delay)
     with tqdm(total=total, unit="op", desc="simulating", delay=2, disable=None if progress else True,
               leave=False) as bar:
         if fast and topology.core_slowdown is None:  # (ranks sharing cores: always the full simulation)
-            sim = FastRun(plan, scenario, topology)
+            sim = FastRun(plan, scenario, topology, network_cache)
         else:
             sim = Simulator(plan, scenario, topology, replay=replay, serial=serial, record_links=record_links,
-                            progress=lambda done: bar.update(done - bar.n), draw=draw)
+                            progress=lambda done: bar.update(done - bar.n))
         step_time = sim.run()
     if check_oom:  # streams may overlap allocations more than program order suggests
         check_memory(scenario, plan, gpu, topology, trackers=sim.memory)

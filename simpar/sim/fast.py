@@ -51,8 +51,7 @@ class _Durations:
                 self._cache[key] = self.costs.compute_time(self.plan.programs[pi], op)
             return self._cache[key] + self.costs.resume(pi, op)
         if isinstance(op, Collective):
-            key = (pi, op.op, op.algo, op.group, op.nbytes, op.pieces, op.itemsize, self.costs.wake(pi, op),
-                   self.costs.step_shift(pi, op))
+            key = (pi, op.op, op.algo, op.group, op.nbytes, op.pieces, op.itemsize, self.costs.wake(pi, op))
         elif isinstance(op, Send):
             key = ("send", pi, op.peer, op.nbytes, self.costs.wakes(pi, op))
         elif isinstance(op, Copy):
@@ -77,7 +76,7 @@ class _Durations:
                 return 0.0, Counter(), Counter(), None
             phases = plan_call(op, topology, [[gpus[r] for r in g] for g in groups])
             event = collective(network, phases, "", protocol_for(topology, op.algo or "ring", phases),
-                               self.costs.wake(pi, op), op.algo, self.costs.step_shift(pi, op))
+                               self.costs.wake(pi, op), op.algo)
         elif isinstance(op, Send):
             event = point_to_point(network, [(gpus[r], gpus[self.plan.grid.peer(r, op.peer)], op.nbytes, 1)
                                              for r in prog.ranks], wakes=self.costs.wakes(pi, op))
@@ -179,18 +178,18 @@ class FastRun:
     """The fast path in the shape ``simulate`` reads a Simulator: times per op, bytes per node,
     memory trackers (3D plans: see ``memory``) and the network's bytes per channel."""
 
-    def __init__(self, plan: Plan, scenario: Scenario, topology: Topology):
+    def __init__(self, plan: Plan, scenario: Scenario, topology: Topology, network_cache: dict | None = None):
         if memory(plan) is None:
             raise SimparError(f"--fast: {plan.strategy} allocates memory on several streams at once, whose "
                               "order only the full simulation knows; leave --fast out")
-        self.plan, self.topology, self.scenario = plan, topology, scenario
+        self.plan, self.topology, self.scenario, self.network_cache = plan, topology, scenario, network_cache
         self.times = [[None] * len(p.ops) for p in plan.programs]
         self.memory = [MemoryTracker() for _ in plan.programs]
         self.network = Network(simpy.Environment(), topology)
         self.copied: Counter = Counter()
 
     def run(self) -> float:
-        step, durations = run(self.plan, self.scenario, self.topology, times=self.times)
+        step, durations = run(self.plan, self.scenario, self.topology, self.network_cache, times=self.times)
         self.sent, self.received, self.network.channel_bytes = durations.traffic()
         self.send_issued = {}
         for pi, prog in enumerate(self.plan.programs):

@@ -40,85 +40,53 @@ class OpCosts:
         self._machines = self._machine_nodes()
         self._shares: dict = {}  # (unit kind, phase, part) -> share of the unit's calibrated overhead
         self._sharded: dict[str, bool] = {}  # params, grads -> whether ranks keep less than the whole model's
-        turns = (topology.wake_latency or topology.wake_growth or topology.wake_curve or topology.wake_short
-                 or topology.resume_latency or topology.handoff_latency
-                 or topology.resume_after_recv_latency or topology.between_ops or topology.resume_tail)
+        turns = (topology.wake_latency or topology.wake_curve or topology.wake_short or topology.resume_latency
+                 or topology.handoff_latency or topology.resume_after_recv_latency)
         self.after_compute, self.after_network = self._turns() if turns else ({}, {})
         self.paces = self._paces()
-        self.later_calls = (self._later_calls() if topology.series_late or topology.series_level or topology.series_last
-                            or topology.scatter_level else {})
-        self.cold = self._cold_caches() if gpu.costs is not None and gpu.costs.get("cold") else {}
         self.accumulate = (self._accumulation() if gpu.costs is not None and "accumulate" in topology.sharded_work
                            else {})
 
     def _turns(self) -> tuple[dict, dict]:
-        """(program, op id) -> seconds of compute since the program's last network op (0 unless the topology's
-        wake grows with it), of every collective and send that comes right after computing, and (program,
-        op id) -> the resume latency of every compute that comes right after a collective, send or receive,
-        in its program's order (memory bookkeeping aside): where the executor's ranks pay the topology's
-        wake and resume latencies (a compute shorter than the one the resume after a call was measured on pays
-        its share: ``Topology.resume_cost``; the resume after a pipeline receive is paid whole), and of every
-        compute after that first one the resume's tail (``Topology.resume_tail`` of its time, calibrate/tail.py),
-        up to the next network op, round the step: DDP's forward pays it after the optimizer step). The compute
-        is counted at its time with every rank computing at once on the cores they share (the pattern the
-        growth was measured in; sim/cores.py) and round the step: a second lap gives the step's first call
-        the compute after its last one (DDP's all-reduce comes after the previous step's optimizer too, as in
-        a run of many steps). Each compute also pays the executor's
-        work between ops (``between_ops`` per op) for itself and every op since the compute before it, round
-        the step: that work is Python on the rank's core, so it is shared like compute."""
+        """(program, op id) -> seconds of compute since the program's last network op, of every collective and
+        send that comes right after computing (its wake), and (program, op id) -> the resume of every compute
+        that comes right after a collective, send or receive (after a pipeline receive the rank waits to be
+        handed a core: ``resume_after_recv_latency``), in program order, memory bookkeeping aside. The compute is
+        counted at its time with every rank computing at once on the cores they share (the pattern the wake
+        was measured in; sim/cores.py) and round the step: a second lap gives the step's first call the compute
+        after its last one (DDP's all-reduce comes after the previous step's optimizer too, as in a run of many
+        steps)."""
         woken, resumed = {}, {}
         slow = self._all_at_once()
-        between = self.topology.between_ops
-        grows = self.topology.wake_growth or self.topology.wake_curve
-        laps = 2 if grows or self.topology.wake_short or between or self.topology.resume_tail else 1
+        laps = 2 if self.topology.wake_curve or self.topology.wake_short else 1
         for pi, prog in enumerate(self.plan.programs):
-            # ops since the last compute (the ops after a step's last one: its first's), and since the last call;
-            # whether a network op came before (the first compute after one pays the resume, those after the tail),
-            # and the op before (kept between laps: a step's first op follows the previous step's last)
-            phase, since, quiet, called, last = 0.0, 0, 0, False, None
+            phase, last = 0.0, None  # the compute since the last network op; the op before (kept between laps)
             for _ in range(laps):
                 for op in prog.ops:
-                    since, quiet = since + 1, quiet + 1
                     if isinstance(op, (Alloc, Free)):
                         continue
                     network = isinstance(op, (Collective, Send, Recv))
                     if isinstance(op, (Collective, Send)) and isinstance(last, (Compute, Copy)):
                         woken[(pi, op.id)] = phase
                     if isinstance(op, Compute):
-                        resume, topology = 0.0, self.topology
+                        resume = 0.0
                         if op.device == "gpu" and isinstance(last, (Collective, Send, Recv)):
-                            # after a pipeline receive the rank waits to be handed a core (stages take turns):
-                            # a delay, paid whole; after a call it computes slower for a while: by its length
-                            resume = (topology.resume_after_recv_latency if isinstance(last, Recv) else
-                                      topology.resume_cost(topology.resume_latency, self.compute_time(prog, op)))
-                            called = True
-                        elif op.device == "gpu" and called:  # and the rest up to the next call (calibrate/tail.py)
-                            resume = topology.resume_tail * self.compute_time(prog, op)
-                        pays = between * since + resume
-                        if pays:
-                            resumed[(pi, op.id)] = pays
-                        if laps > 1:  # the phase holds the work of the ops since the last call only: the work
-                            # of those before it (a ZeRO-3 series' gathers and allocations) went between calls
-                            phase += (self.compute_time(prog, op) + resume + between * min(since, quiet)) * slow
-                        since = 0
-                    phase, quiet = (0.0, 0) if network else (phase, quiet)
+                            resume = (self.topology.resume_after_recv_latency if isinstance(last, Recv)
+                                      else self.topology.resume_latency)
+                            if resume:
+                                resumed[(pi, op.id)] = resume
+                        phase += (self.compute_time(prog, op) + resume) * slow
+                    phase = 0.0 if network else phase
                     last = op if network or isinstance(op, (Compute, Copy)) else last
         return woken, resumed
 
     def _paces(self) -> dict:
         """(program, op id) -> the compute a call's wake is read at, where not the compute right before it: each
         program's ring collectives after a short compute (below ``wake_phase``, where ``wake_short`` prices them)
-        at the mean of their computes. What such a call pays beyond its steps follows the rank's pace over its
-        calls more than the compute just before it: at 2 ranks (2026-11-29, eight launches) loops of a 0.30-0.35
-        and a 0.67-0.74 ms compute, each before every call, cost 0.08-0.47 ms apart a call (mean 0.33); the two
-        alternated, their calls 0.10 ms cheaper to 0.21 dearer after the longer (mean 0.08). tp's calls cost
-        1.24-1.27 ms after pieces of 0.21-0.45 ms that, each read at its own, priced them 0.94-1.44. Blocks of 16
-        calls after each compute kept 0.07-0.45 ms apart, and tp's backward calls cost 0.07-0.21 ms more than its
-        forward ones: the pace runs over a few calls, and the program's mean is its average over a step
-        (benchmarks/call_pace.py; docs/calibration.md, "A call's wake follows the rank's pace"). A step's first call
-        (``Program.calls_after_step``) keeps its own compute: at 2 ranks tp's, after the backward's last call, the
-        optimizer and the embedding, cost 2.77 ms against 1.11-1.51 ms for its calls between pieces, its ranks
-        entering it 1.14 ms apart against 0.23 ms (``benchmarks/calls_in_step.py``, per-call timelines)."""
+        at the mean of their computes. What such a call pays beyond its steps follows the rank's pace over several
+        calls more than the compute just before it (two computes alternated before a call, their calls cost
+        nearly alike, where loops of either alone cost 0.08-0.47 ms apart a call at 2 ranks). A step's first
+        call (``Program.calls_after_step``) keeps its own compute: it follows the optimizer's stretch."""
         paces: dict = {}
         if not self.topology.wake_short:
             return paces
@@ -134,68 +102,9 @@ class OpCosts:
 
     def _all_at_once(self) -> float:
         """How much slower a rank computes with every rank of the world computing at once on shared cores (1
-        elsewhere): the speed ``_turns`` and ``_cold_caches`` count a program's compute at."""
+        elsewhere): the speed ``_turns`` counts a program's compute at."""
         table = self.topology.core_slowdown
         return slowdown_at(table, self.plan.grid.world) if table else 1.0
-
-    def _later_calls(self) -> dict:
-        """(program, op id) -> seconds per ring step a collective pays beyond the step latency for its place in a
-        series of calls (collectives, sends, receives) after a compute or copy, in its program's order
-        (allocations aside): from the topology's ``series_late`` position on, that shift (a rank's stalls thin
-        out as the series goes on); a ZeRO-3 gather of parameters from the second on, ``series_level`` more
-        (the executor's module gathers leave the ranks out of step: calibrate/series.py), and the last of a
-        series, the one a compute follows, ``series_last`` more (its peer is computing by then); ZeRO-3's reduce-
-        scatter of a layer's gradients (coalesced by module), ``scatter_level`` (calibrate/series.py)."""
-        start, shift = self.topology.series_late or (math.inf, 0.0)
-        level, last, scatter = self.topology.series_level, self.topology.series_last, self.topology.scatter_level
-        later = {}
-        for pi, prog in enumerate(self.plan.programs):
-            timed = [op for op in prog.ops if isinstance(op, (Compute, Copy, Collective, Send, Recv))]
-            position = 0
-            for op, following in zip(timed, timed[1:] + [None]):
-                if isinstance(op, (Compute, Copy)):
-                    position = 0
-                    continue
-                position += 1
-                if not isinstance(op, Collective):
-                    continue
-                sharded = self._sharded_gather(op)
-                paid = ((shift if position >= start else 0.0) + (level if position >= 2 and sharded else 0.0)
-                        + (last if sharded and isinstance(following, Compute) else 0.0)
-                        + (scatter if op.op == "reducescatter" and op.pieces else 0.0))
-                if paid:
-                    later[(pi, op.id)] = paid
-        return later
-
-    def _cold_caches(self) -> dict:
-        """(program, op id) -> seconds an embedding's or head's forward or backward pays for the caches it finds
-        cold (calibrate/cold.py): the profile's cold cost x ``1 - exp(-gap / tau)``, ``gap`` the compute since the
-        program's last op of the same kind, phase and piece, round the step (its first op's: the step before's
-        last), counted as ``_turns`` counts it (every rank computing at once; the executor's work between ops
-        and resumes included). Waits in calls are not counted: a step's once-a-micro-batch units are mostly
-        far enough apart that the decay is nearly whole (tiny-deep's one-rank step computes 12 ms)."""
-        tau, cold = self.gpu.costs["cold"]
-        slow = self._all_at_once()
-        paid = {}
-        for pi, prog in enumerate(self.plan.programs):
-            clock, ended = 0.0, {}
-            for lap in range(2):
-                for op in prog.ops:
-                    if not isinstance(op, Compute):
-                        continue
-                    kind = self.scenario.model.unit_kind(op.unit) if op.phase in ("fwd", "bwd") else None
-                    key = (kind, op.phase, op.part)
-                    if lap and op.device == "gpu" and cold.get((kind, op.phase)) and key in ended:
-                        share = self._overhead_share(kind, op) if op.part else 1.0
-                        paid[(pi, op.id)] = cold[(kind, op.phase)] * share * -math.expm1(-(clock - ended[key]) / tau)
-                    clock += (self.compute_time(prog, op) + self.after_network.get((pi, op.id), 0.0)) * slow
-                    ended[key] = clock
-        return paid
-
-    def step_shift(self, pi: int, op: Collective) -> float:
-        """Seconds per ring step a collective pays beyond the step latency for its place in a series of
-        calls (``_later_calls``; 0 elsewhere)."""
-        return self.later_calls.get((pi, op.id), 0.0)
 
     def handling(self, op: Collective) -> float:
         """Seconds the executor spends on a data-parallel collective's data besides moving it: concatenating
@@ -223,38 +132,14 @@ class OpCosts:
             return "scatter"
         return ""
 
-    def _step_concat(self, prog, overheads: dict) -> float:
-        """Seconds the executor's optimizer step spends first concatenating the gradients of every unit the rank
-        holds (``ModelStates.step``: DDP, ZeRO-1, which then steps its chunk, pp, tp), as calibrated per tensor
-        and element (``step_concat``), hot from the handling of the data-parallel call of its gradients before it;
-        where no such call came first (tp, pp), as the backward leaves them (``step_concat_cold``); none where the
-        rank keeps only its reduced shard of them (ZeRO-2 and 3) or offloads them (the host steps what was
-        copied to it)."""
-        cold = "" if prog.reduces_grads() else "cold_"
-        per_tensor = overheads.get(f"{cold}concat_tensor", 0.0)
-        per_element = overheads.get(f"{cold}concat_element", 0.0)
-        if not (per_tensor or per_element) or self._kept_sharded("grads"):  # offloaded: not kept on the device
-            return 0.0
-        from simpar.strategies.work import Work
-
-        spec, work = self.scenario.model, Work(self.scenario)
-        units = self._held_units(prog)
-        return per_tensor * sum(spec.unit_tensors(spec.unit_kind(u)) for u in units) + per_element * work.params(units)
-
-    @staticmethod
-    def _stepped_tensors(prog) -> int:
-        """How many tensors the executor's optimizer steps on a program's rank: one shard per ZeRO bucket
-        (``Program.zero_buckets``), else every parameter it holds in one flat tensor (``ModelStates``)."""
-        return max(len(prog.zero_buckets()), 1)
-
     @staticmethod
     def _held_units(prog) -> set[int]:
         """The units whose parameters a program's rank holds: those it computes."""
         return {op.unit for op in prog.ops if isinstance(op, Compute) and op.unit >= 0}
 
     def _sharded_gather(self, op: Collective) -> bool:
-        """Whether a collective is ZeRO-3's gather of parameters the ranks keep sharded (what the calibration's
-        ``series_worker`` times: calibrate/series.py)."""
+        """Whether a collective is ZeRO-3's gather of parameters the ranks keep sharded (a series of calls that
+        keeps its ranks in step: its wake is read at its own compute, not the program's pace)."""
         return op.op == "allgather" and op.payload == "params" and self._kept_sharded("params")
 
     def _kept_sharded(self, category: str) -> bool:
@@ -273,15 +158,13 @@ class OpCosts:
 
     def wake(self, pi: int, op: Collective) -> float:
         """Seconds a collective pays besides its steps on the executor's ranks: the topology's wake after
-        the compute before it (0 after another call, and elsewhere; a ZeRO-3 gather of parameters its share
-        through the executor's own series, ``Topology.gather_short``), what its later steps stall beyond their
+        the compute before it (0 after another call, and elsewhere), what its later steps stall beyond their
         price after that compute (``later_steps``), and the handling of its data."""
         phase = self.after_compute.get((pi, op.id))
         if phase is None:
             return self.handling(op)
-        points = self.topology.gather_short if self._sharded_gather(op) else None  # ZeRO-3's own, where measured
         pace = self.paces.get((pi, op.id), phase)
-        return self.topology.collective_wake(pace, op.algo, points) + self.later_steps(op, phase) + self.handling(op)
+        return self.topology.collective_wake(pace, op.algo) + self.later_steps(op, phase) + self.handling(op)
 
     def later_steps(self, op: Collective, phase: float) -> float:
         """What a ring collective's steps after its first pay beyond their price when it comes after ``phase``
@@ -296,11 +179,10 @@ class OpCosts:
         return topology.later_steps * (ring_steps(op.op, ranks) - 1) / loop_later if loop_later > 0 else 0.0
 
     def resume(self, pi: int, op: Compute) -> float:
-        """What a compute pays on the executor's ranks beyond its work: the resume right after a call, the
-        executor's work between ops since the compute before it, the caches an embedding or head finds
-        cold, and a backward's adding its gradients into those an earlier micro-batch left (0 elsewhere)."""
+        """What a compute pays on the executor's ranks beyond its work: the resume right after a call and a
+        backward's adding its gradients into those an earlier micro-batch left (0 elsewhere)."""
         key = (pi, op.id)
-        return self.after_network.get(key, 0.0) + self.cold.get(key, 0.0) + self.accumulate.get(key, 0.0)
+        return self.after_network.get(key, 0.0) + self.accumulate.get(key, 0.0)
 
     def _accumulation(self) -> dict[tuple[int, int], float]:
         """(program, op id) -> seconds a backward compute pays to add its unit's gradients into held ones
@@ -340,15 +222,10 @@ class OpCosts:
         if self.gpu.costs is not None:  # a calibrated profile: the framework's overhead, then the work
             overheads, rate = self.gpu.costs[op.phase]
             if op.phase == "step":  # one optimizer step of the rank's parameters, whatever units they are
-                return (overheads.get("step", 0.0) + op.params / rate + self._step_concat(prog, overheads)
-                        + overheads.get("step_tensor", 0.0) * (self._stepped_tensors(prog) - 1))
+                return overheads.get("step", 0.0) + op.params / rate
             overhead = overheads.get(kind, 0.0) * self._overhead_share(kind, op) if op.part else overheads.get(kind, 0.0)
-            if kind == "embedding" and overheads.get("embedding_table"):  # its backward's dense table gradient
-                overhead += overheads["embedding_table"] * self._embedding_table()
             if kind == "layer" and self._has_attention(op):
                 overhead += self._attention_scores_cost(op)
-            if self.scenario.strategy.tp > 1:  # a tensor-parallel piece's Python, or the embedding's or head's
-                overhead += overheads.get("tp_piece" if op.part else f"tp_{kind}", 0.0)  # (tp_bench.py)
             return overhead + op.flops / rate
         if self.kernel_pricer is not None:  # a GPU: the kernels the unit launches, each priced by shape
             return self.kernel_pricer.time(kind, op)
@@ -369,11 +246,6 @@ class OpCosts:
         if op.phase == "bwd" and spec.recompute != "none":
             per_score += costs["fwd"][0].get("attention_scores", 0.0)
         return per_score * self.scenario.model.attention_scores(self.scenario.train.micro_batch, spec.tp)
-
-    def _embedding_table(self) -> int:
-        """Elements of the embedding's table one rank holds (its vocabulary shard and the positions)."""
-        spec = self.scenario.model
-        return (spec.vocab_per_tp_rank(self.scenario.strategy.tp) + spec.positions) * spec.hidden
 
     def _overhead_share(self, kind: str, op: Compute) -> float:
         """The share of a whole unit's calibrated overhead that a piece of it (``op.part``: where tensor

@@ -64,7 +64,7 @@ class _CollectiveEntry:
 
 class Simulator:
     def __init__(self, plan: Plan, scenario: Scenario, topology: Topology, replay: bool = True,
-                 serial: bool = False, record_links: bool = False, progress=None, draw: int | None = None):
+                 serial: bool = False, record_links: bool = False, progress=None):
         if len(topology.gpus) < plan.grid.world:
             raise SimparError(f"--gpus: the plan needs {plan.grid.world} GPUs, topology has {len(topology.gpus)}")
         self.plan, self.scenario, self.topology = plan, scenario, topology
@@ -84,7 +84,6 @@ class Simulator:
         self._groups: dict = {}
         self._arrivals: dict[str, simpy.Event] = {}
         self.send_issued: dict[str, float] = {}
-        self._held: dict[str, float] = {}  # send tag -> seconds its isend holds the sender (Topology.send_issue)
         users = {(i, op.stream) for i, p in enumerate(plan.programs) for op in p.ops if isinstance(op, NETWORK_OPS)}
         # replay "always" (strategy search): repeat a collective's first cost even where other streams could
         # contend with it - an approximation that makes 3D plans cheap to price
@@ -93,9 +92,6 @@ class Simulator:
         # performs them (sends still leave without waiting, like its isend); otherwise streams overlap
         self.serial = serial
         self.progress = progress  # progress(ops done): told every PROGRESS_EVERY ops (a progress bar)
-        # draw i: each pipeline send's hold drawn from its measured spread, seeded by i (simpar/spread.py);
-        # None: every send at its mean
-        self._draws = None if draw is None else np.random.default_rng(draw)
         self.ops_done = 0
 
     def run(self) -> float:
@@ -130,11 +126,7 @@ class Simulator:
                 yield self.env.all_of(waits)
             start = self.env.now
             action = self._perform(pi, op)
-            if self.serial and isinstance(op, Send):  # the data leaves; its isend may hold the rank a while
-                held = self._held.pop(op.tag, 0.0)
-                if held:
-                    yield self.env.timeout(held)
-            elif action is not None:
+            if action is not None and not (self.serial and isinstance(op, Send)):  # (sends leave without waiting)
                 yield action
             times[op.id] = (ready, start, self.env.now)
             done[op.id].succeed()
@@ -168,8 +160,8 @@ class Simulator:
         groups = self._groups[(pi, op.group)]
         if len(groups[0]) < 2:
             return None
-        wake, shift = self.costs.wake(pi, op), self.costs.step_shift(pi, op)
-        key = (op.op, op.algo, pi, op.group, op.nbytes, op.pieces, op.itemsize, wake, shift)
+        wake = self.costs.wake(pi, op)
+        key = (op.op, op.algo, pi, op.group, op.nbytes, op.pieces, op.itemsize, wake)
         entry = self._entries.get(key)
         if entry is None:
             gpus = self.topology.gpus
@@ -181,7 +173,7 @@ class Simulator:
             entry.replays += 1
             return self.env.timeout(entry.duration)
         start, before = self.env.now, self.network.channel_bytes.copy()
-        process = collective(self.network, entry.phases, f"{op.payload} ", entry.protocol, wake, op.algo, shift)
+        process = collective(self.network, entry.phases, f"{op.payload} ", entry.protocol, wake, op.algo)
         if self.replay:
             def record(_, entry=entry):
                 entry.duration = self.env.now - start
@@ -197,10 +189,7 @@ class Simulator:
             self.sent[src] += op.nbytes
             self.received[dst] += op.nbytes
         self.send_issued[op.tag] = self.env.now
-        runnable = None
-        if self.cores is not None:  # the ranks computing now, and each pair of this send
-            runnable = self._runnable(prog)
-            self._held[op.tag] = self.topology.send_issue(runnable, self._draw())
+        runnable = self._runnable(prog) if self.cores is not None else None  # computing now, and each pair
         event = point_to_point(self.network, transfers, f"{op.tag} ", wakes, runnable)
         arrival = self._arrival(op.tag)
         event.callbacks.append(lambda _: arrival.succeed())
@@ -213,16 +202,12 @@ class Simulator:
         arrival = self._arrival(op.tag)
         if self.cores is None or op.tag not in self.send_issued:
             return arrival
-        late = self.topology.late_recv(self._runnable(prog), self.cores.computing())
+        late = self.topology.late_recv(self._runnable(prog))
         if not late:
             return arrival
         rank = prog.ranks[0]
         src, dst = self.topology.gpus[self.plan.grid.peer(rank, op.peer)], self.topology.gpus[rank]
         return self.env.all_of([arrival, self.env.timeout(late + op.nbytes / self.topology.bottleneck(src, dst))])
-
-    def _draw(self) -> float | None:
-        """A probability for the next pipeline send's hold (None: at its mean)."""
-        return None if self._draws is None else float(self._draws.random())
 
     def _runnable(self, prog) -> int:
         """Ranks sharing the cores now for a pipeline message of ``prog``: those computing, and each pair of it."""

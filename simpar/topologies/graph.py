@@ -20,7 +20,6 @@ import networkx as nx
 import numpy as np
 
 from simpar.errors import SimparError
-from simpar.spread import factor
 
 # Node kinds that may only be a route's first or last hop.
 ENDPOINT_KINDS = frozenset({"gpu", "host", "nvme", "server"})
@@ -61,23 +60,15 @@ class Topology:
         # seconds a collective or send right after computing pays before its steps: the executor's gloo ranks
         # waiting for a peer still computing and waking from a blocked receive (a calibrated profile's wake)
         self.wake_latency = 0.0
-        # ... and how that grows with the compute since the rank's last call: with more ranks than cores the
-        # scheduler's time slices leave the ranks of a long phase further apart (seconds per second of compute
-        # beyond wake_phase, the compute the wake was measured after; a calibrated profile's wake_growth)
-        self.wake_growth = 0.0
+        # ... and what a call pays more after a longer compute (the ranks drift apart): (seconds of compute, seconds
+        # beyond the wake), the first at wake_phase, the compute the wake was measured after; between, interpolated;
+        # beyond the last, on at its last piece's slope (None: nothing more)
         self.wake_phase = 0.0
-        # or as measured at several lengths of compute: (seconds of compute, seconds beyond the wake), the first
-        # at wake_phase; between, interpolated; beyond the last, on at its last piece's slope (None: the line)
         self.wake_curve: tuple[tuple[float, ...], tuple[float, ...]] | None = None
-        # ... and the Worker-Server all-reduce's own, which grows less (None: as the ring's)
-        self.worker_server_curve: tuple[tuple[float, ...], tuple[float, ...]] | None = None
         # ((seconds of a short compute, what a call after it pays beyond its steps; negative: less), ...): below
         # wake_phase the wake is interpolated through (0, wake_anchor), these and (wake_phase, the wake), as a
         # share of the algorithm's wake; None: paid whole
         self.wake_short: tuple[tuple[float, float], ...] | None = None
-        # the same points for the executor's ZeRO-3 gathers of parameters, from its own series after a layer-sized
-        # compute (a calibrated profile's series_first); None: wake_short's
-        self.gather_short: tuple[tuple[float, float], ...] | None = None
         # what a call right after a zero-length compute pays beyond its steps at the step latency (wake_short's
         # first point, 0 elsewhere): the back-to-back pace against the in-step one, at the short loops' size
         # (negative: the step latency is fitted on a series after a unit's compute, whose stalls such a call has not)
@@ -87,12 +78,6 @@ class Topology:
         # receive computes slower for a while (a calibrated profile's resume; 0 elsewhere)
         self.resume_latency = 0.0
         self.resume_after_recv_latency = 0.0  # the same right after a pipeline receive (stages take turns)
-        # seconds the compute resume_latency was measured on takes alone: a shorter compute pays its share of it
-        # (it is slower for a while, not held up a fixed time); 0: every compute pays it whole
-        self.resume_unit = 0.0
-        # (seconds alone, seconds paid) of a shorter compute's resume: the curve from 0 to resume_unit goes
-        # through it (the slower start is over within a few tenths of a millisecond); None: a straight share
-        self.resume_short: tuple[float, float] | None = None
         # the fraction longer every compute after the first one after a call takes, up to the next call
         # (calibrate/tail.py); 0: only the first pays (the resume)
         self.resume_tail = 0.0
@@ -103,16 +88,6 @@ class Topology:
         # (position, seconds): a collective from that position on in a series of calls after computing pays
         # that much more per ring step (less where negative: calibrate/series.py); None: none
         self.series_late: tuple[int, float] | None = None
-        # seconds per ring step the executor's ZeRO-3 parameter gathers pay from the second of a series on
-        # beyond a bare call (calibrate/series.py ``series_level``); 0: none
-        self.series_level = 0.0
-        # seconds per ring step the last of those gathers, before the compute after it, pays beyond the fifth on
-        # (calibrate/series.py ``series_last``: the peer is computing by the time its part is needed); 0: none
-        self.series_last = 0.0
-        # seconds per ring step the executor's reduce-scatter of a layer's gradients (ZeRO-3's, coalesced by
-        # module) pays beyond its price after the backward (calibrate/series.py ``scatter_level``); 0: none
-        self.scatter_level = 0.0
-        self.between_ops = 0.0  # seconds per plan op the executor spends between its ops (its own work)
         # (seconds per parameter tensor, per parameter) the executor spends handling the data of a data-parallel
         # collective (flattening the units' tensors, scaling, re-pointing each): Python on the rank's core
         self.tensor_work = (0.0, 0.0)
@@ -129,21 +104,11 @@ class Topology:
         # waits for a core as long as the ranks computing or calling at that moment make it wait
         self.step_latency_by_ranks: dict[int, float] | None = None
         self.handoff_by_ranks: dict[int, float] | None = None
-        self.handoff_step_by_ranks: dict[int, float] | None = None  # a send's own step latency, where measured
-        # seconds a pipeline send's isend holds its sender (it wakes threads that may take its core), by ranks
-        # runnable as the tables above (a calibrated profile's send_issue; None elsewhere: a send is free)
-        self.send_issue_by_ranks: dict[int, float] | None = None
         # seconds a pipeline receive posted after its send was issued takes from its posting, by ranks runnable
         # as above: gloo moves a message only once both ends have posted it (a rendezvous), so a late receive
         # waits for the round trip through the sender's gloo thread, which shares a core with its compute (a
         # calibrated profile's late_recv; None elsewhere: a receive waits for the data to land, no longer)
         self.late_recv_by_ranks: dict[int, float] | None = None
-        # the same by the ranks computing at the receive's posting, measured as such (a calibrated profile's
-        # late_recv_busy: one pair, the others computing or not); where present, read instead of the above
-        self.late_recv_by_computing: dict[int, float] | None = None
-        # the spread of a send's hold, by ranks runnable: quantiles over the mean (simpar/spread.py); None: every
-        # send at its mean
-        self.send_issue_spread: dict[int, list[float]] | None = None
         # the executor's Worker-Server all-reduce as measured in the step's pattern (a calibrated profile's
         # worker_server): its wake after computing, in place of wake_latency, and (seconds, bytes/s) of each
         # one-way leg as the server takes them in turn; None: its legs priced through the links as a ring's step
@@ -215,55 +180,35 @@ class Topology:
         self.bottleneck.cache_clear()
 
     # -- queries --------------------------------------------------------------------------
-    def resume_cost(self, latency: float, compute: float) -> float:
-        """What a compute of ``compute`` seconds (alone) pays of a resume ``latency`` measured on a compute
-        of ``resume_unit`` seconds: the curve through (0, 0), ``resume_short`` (held to at most ``latency``)
-        and (``resume_unit``, ``latency``), level beyond; without ``resume_short`` the share it lasts of the
-        unit. A curve, as a rank computes slower mostly at first: at 2 ranks tp's pieces (0.15-0.4 ms) paid
-        0.09-0.23 ms each after their all-reduces where the unit (1.5 ms) paid 0.19 (docs/calibration.md)."""
-        if self.resume_unit <= 0:
-            return latency
-        if self.resume_short and 0.0 < self.resume_short[0] < self.resume_unit:
-            short, paid = self.resume_short
-            return float(np.interp(compute, (0.0, short, self.resume_unit), (0.0, min(paid, latency), latency)))
-        return latency * min(compute / self.resume_unit, 1.0)
-
-    def collective_wake(self, phase: float, algo: str | None = None, points=None) -> float:
+    def collective_wake(self, phase: float, algo: str | None = None) -> float:
         """Seconds a collective (of algorithm ``algo``) pays before its steps when it comes after ``phase``
-        seconds of compute: the wake measured for its algorithm, and the wait for the slowest rank's growth
-        (``points``: the short computes' points its share is interpolated through, ``wake_short`` if None)."""
+        seconds of compute: the wake measured for its algorithm, and the wait for the slowest rank's growth."""
         wake = self.worker_server_wake if algo == "ps" and self.worker_server_wake is not None else self.wake_latency
-        return wake * self.wake_share(phase, points) + self.wake_rise(phase, algo)
+        return wake * self.wake_share(phase) + self.wake_rise(phase)
 
-    def wake_rise(self, phase: float, algo: str | None = None) -> float:
-        """What a call (of algorithm ``algo``) pays after ``phase`` seconds of compute beyond the wake after
-        ``wake_phase``: the measured curve (``wake_curve``; ``worker_server_curve`` for "ps" where measured),
-        or an older profile's line (``wake_growth``); 0 below."""
-        curve = self.worker_server_curve if algo == "ps" and self.worker_server_curve else self.wake_curve
-        if curve is None:
-            return self.wake_growth * max(phase - self.wake_phase, 0.0)
-        phases, extras = curve
+    def wake_rise(self, phase: float) -> float:
+        """What a call pays after ``phase`` seconds of compute beyond the wake after ``wake_phase``: the measured
+        curve (``wake_curve``); 0 below it and without it."""
+        if self.wake_curve is None:
+            return 0.0
+        phases, extras = self.wake_curve
         if phase <= phases[-1] or len(phases) < 2:
             return float(np.interp(phase, phases, extras))
         slope = (extras[-1] - extras[-2]) / (phases[-1] - phases[-2]) if phases[-1] > phases[-2] else 0.0
         return extras[-1] + max(slope, 0.0) * (phase - phases[-1])
 
-    def wake_share(self, phase: float, points=None) -> float:
+    def wake_share(self, phase: float) -> float:
         """The share of the wake a call pays after ``phase`` seconds of compute: all of it from the compute it
         was measured after (``wake_phase``) on; below, through what short computes' calls paid beyond their
         steps (``wake_short``, each point; below 0 where it cost less than its steps at the step latency in a
-        step: the calls of a short compute's pattern go nearer the back-to-back pace), from what a call after no
-        compute pays (``wake_anchor``: the back-to-back pace; ``points``, another op's instead of ``wake_short``:
-        nothing). 1 without the measurements."""
-        anchored = not points  # another op's points start from nothing
-        points = points or self.wake_short
-        if not points or phase >= self.wake_phase or not self.wake_latency:
+        step), from what a call after no compute pays (``wake_anchor``: the back-to-back pace). 1 without them."""
+        if not self.wake_short or phase >= self.wake_phase or not self.wake_latency:
             return 1.0
         # the points between (more ranks than cores can stretch a short compute past the unit's)
-        points = sorted((short, min(paid / self.wake_latency, 1.0)) for short, paid in points
+        points = sorted((short, min(paid / self.wake_latency, 1.0)) for short, paid in self.wake_short
                         if 0.0 < short < self.wake_phase)
         phases = [0.0] + [short for short, _ in points] + [self.wake_phase]
-        start = min(self.wake_anchor / self.wake_latency, 1.0) if anchored else 0.0
+        start = min(self.wake_anchor / self.wake_latency, 1.0)
         return float(np.interp(phase, phases, [start] + [share for _, share in points] + [1.0]))
 
     def leg_pricing(self, algo: str | None, phases) -> tuple[float, float] | None:
@@ -283,20 +228,11 @@ class Topology:
         if not self.step_latency_by_ranks:
             return None
         wake = _by_ranks(self.handoff_by_ranks, runnable) if self.handoff_by_ranks else self.handoff_latency
-        return wake, _by_ranks(self.handoff_step_by_ranks or self.step_latency_by_ranks, runnable)
+        return wake, _by_ranks(self.step_latency_by_ranks, runnable)
 
-    def send_issue(self, runnable: int, draw: float | None = None) -> float:
-        """Seconds a pipeline send holds its sender while ``runnable`` ranks compute or call (0 without the table):
-        the mean, or with ``draw`` (a probability, 0-1) the hold at that point of its spread (simpar/spread.py)."""
-        mean = _by_ranks(self.send_issue_by_ranks, runnable)
-        return mean if draw is None else mean * factor(self.send_issue_spread, runnable, draw)
-
-    def late_recv(self, runnable: int, computing: int | None = None) -> float:
-        """Seconds a pipeline receive posted after its send takes while ``computing`` ranks compute, where
-        measured so (``late_recv_by_computing``), else while ``runnable`` ranks compute or call (0 without
-        either table: it waits for the data alone)."""
-        if self.late_recv_by_computing and computing is not None:
-            return _by_ranks(self.late_recv_by_computing, computing)
+    def late_recv(self, runnable: int) -> float:
+        """Seconds a pipeline receive posted after its send takes while ``runnable`` ranks compute or call (0
+        without the table: it waits for the data alone)."""
         return _by_ranks(self.late_recv_by_ranks, runnable)
 
     @property

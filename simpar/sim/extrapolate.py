@@ -1,0 +1,53 @@
+"""A long accumulation priced from two short ones.
+
+Once a pipeline is full, each micro-batch more adds the same forward and backward on every stage and
+changes nothing else (warm-up, drain and the final reduction stay as they were), so a step is affine in
+the number of micro-batches m: simulated at the pipeline's depth p and one period more (p + 1; p and 2p
+for the interleaved schedule, whose period is p; 1 and 2 without a pipeline), everything the simulator
+reports (step time, breakdown, bytes, memory peaks) follows at any m. ``tests/test_extrapolate.py``
+holds it to the full simulation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from simpar.scenario import Scenario
+
+
+def extrapolation_points(m: int, base: int, period: int = 1) -> list[int]:
+    """Micro-batch counts to simulate for a step of ``m``: ``base`` (the pipeline's depth, 1 without
+    one; by then every stage is busy) and one ``period`` more, or m itself when that is no longer."""
+    return [base, base + period] if m > base + period else [m]
+
+
+def extrapolate(times: list[float], points: list[int], m: int) -> float:
+    """The value at ``m`` micro-batches from its values at ``points`` (affine in m)."""
+    if len(times) == 1:
+        return times[0]
+    return times[1] + (m - points[1]) * (times[1] - times[0]) / (points[1] - points[0])
+
+
+def points_for(scenario: Scenario) -> list[int]:
+    spec = scenario.strategy
+    return extrapolation_points(scenario.microbatches, spec.pp, spec.pp if spec.schedule == "interleaved" else 1)
+
+
+def with_microbatches(scenario: Scenario, m: int) -> Scenario:
+    """``scenario`` with ``m`` micro-batches a step, all else the same."""
+    batch = scenario.train.micro_batch * scenario.strategy.dp * m
+    return replace(scenario, train=replace(scenario.train, global_batch=batch))
+
+
+def affine(values: list, points: list[int], m: int):
+    """Two results of the same shape (numbers, dicts, lists of them) carried to ``m`` number by number; an
+    integer stays an integer (bytes), anything else is the last point's (names, timelines)."""
+    first, last = values
+    if isinstance(last, bool) or not isinstance(last, (int, float, dict, list)):
+        return last
+    if isinstance(last, dict):
+        return {k: affine([first[k], v], points, m) if k in first else v for k, v in last.items()}
+    if isinstance(last, list):
+        return [affine([a, b], points, m) for a, b in zip(first, last)] if len(first) == len(last) else last
+    value = extrapolate([first, last], points, m)
+    return round(value) if isinstance(last, int) else value

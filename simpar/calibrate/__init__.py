@@ -35,7 +35,7 @@ PATTERN_SIZES = [2**12, 2**18, 2**21]  # 4 KiB to 2 MiB: a TP activation to a DD
 PHASE_SECONDS = 12.0  # phase_worker's loops at the default 10 repeats: seconds average the cores' states
 OPTIMIZER_PARAMS = [2**14, 2**18, 2**20]
 MIN_PASSES = 3  # one-rank compute passes a calibration takes at least (one per world size and one before)
-QUICK_REPEATS = 2
+QUICK_REPEATS, QUICK_ROUNDS = 2, 2
 
 
 def default_path(precision: str) -> Path:
@@ -58,13 +58,18 @@ def quick_worlds(world: int) -> tuple[int, ...]:
     return tuple(sorted({2, max(2, min(world, 2 * cores))}))
 
 
-def _ranks_worker(ctx, precision: str, repeats: int) -> dict:
-    return {"ring": ring_worker(ctx, RING_SIZES, repeats),
-            "pattern": pattern_worker(ctx, PATTERN_SIZES, repeats),
+def _one_rank_worker(ctx, models: list[str], batches: list[int], precision: str, repeats: int, host: bool) -> dict:
+    """A pass of the units' compute, and with ``host`` the optimizer and copies (one launch: each costs seconds)."""
+    return {"compute": compute_worker(ctx, models, batches, precision, repeats),
+            "host": host_worker(ctx, OPTIMIZER_PARAMS, repeats) if host else None}
+
+
+def _ranks_worker(ctx, precision: str, repeats: int, rounds: int) -> dict:
+    return {"ring": ring_worker(ctx, RING_SIZES if rounds > QUICK_ROUNDS else RING_SIZES[::3], repeats),
+            "pattern": pattern_worker(ctx, PATTERN_SIZES, repeats, rounds),
             "relay": relay_worker(ctx, 3 * repeats),
             "late": late_worker(ctx, 10 * repeats),
-            "phases": phase_worker(ctx, PHASE_SIZE, PHASE_SECONDS * repeats / 10, ps_size=PATTERN_SIZES[-1],
-                                   short_size=SHORT_SIZE)}
+            "phases": phase_worker(ctx, PHASE_SIZE, PHASE_SECONDS * repeats / 10, short_size=SHORT_SIZE)}
 
 
 def pattern_rows(ranks: list[dict], world: int, resume: float = 0.0) -> list[dict]:
@@ -90,9 +95,10 @@ def average_passes(passes: list[list[dict]]) -> list[dict]:
     return rows
 
 
-def measure_world(world: int, precision: str, repeats: int, timeout: float) -> dict:
-    """Every term measured with ``world`` ranks at once (see the profile's fields)."""
-    ranks = launch(_ranks_worker, world, (precision, repeats), timeout=timeout)
+def measure_world(world: int, precision: str, repeats: int, timeout: float, rounds: int = 5) -> dict:
+    """Every term measured with ``world`` ranks at once (see the profile's fields); ``rounds`` of the step's
+    pattern."""
+    ranks = launch(_ranks_worker, world, (precision, repeats, rounds), timeout=timeout)
     inside = statistics.fmean(t for r in ranks for t in r["pattern"]["compute"])
     without = statistics.fmean(t for r in ranks for t in r["pattern"]["compute_base"])
     resume = max(inside - without, 0.0)  # the unit right after a call against it in a loop without calls
@@ -109,7 +115,7 @@ def measure_world(world: int, precision: str, repeats: int, timeout: float) -> d
     phases, extras, record = wake_curve(ranks)
     loop_price = ring_price("allreduce", PHASE_SIZE, world, alpha, bandwidth)
     short = [phase_cost([r["phases"][key] for r in ranks]) for key in SHORT_LOOPS]
-    gathers = [statistics.median(r["ring"][i]["seconds"] for r in ranks) for i in range(len(RING_SIZES))]
+    gathers = [statistics.median(r["ring"][i]["seconds"] for r in ranks) for i in range(len(ranks[0]["ring"]))]
     back_alpha, per_byte = fit_line([row["bytes"] / world for row in ranks[0]["ring"]],
                                     [t / (world - 1) for t in gathers])
     return {"ring": [alpha, bandwidth], "wake": wake, "wake_phase": phases[0], "wake_curve": [phases, extras],
@@ -130,22 +136,23 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
     repeats = QUICK_REPEATS if quick else repeats
     models, batches = (QUICK_MODELS, QUICK_BATCHES) if quick else (MODELS, BATCHES)
 
-    def compute_pass() -> list[dict]:
-        say(f"compute, one rank (pass {len(passes) + 1})")
-        return launch(compute_worker, 1, (models, batches, precision, repeats), timeout=timeout)[0]
-
     passes: list[list[dict]] = []
-    passes.append(compute_pass())
-    say("optimizer and copies, one rank")
-    host = launch(host_worker, 1, (OPTIMIZER_PARAMS, repeats), timeout=timeout)[0]
+
+    def compute_pass(host: bool = False) -> dict:
+        say(f"compute, one rank (pass {len(passes) + 1})" + (", optimizer and copies" if host else ""))
+        return launch(_one_rank_worker, 1, (models, batches, precision, repeats, host), timeout=timeout)[0]
+
+    first = compute_pass(host=True)
+    passes.append(first["compute"])
+    host = first["host"]
     measured = {}
     for world in worlds:
         say(f"{world} ranks at once: collectives and pipeline messages after computing")
-        measured[str(world)] = measure_world(world, precision, repeats, timeout)
+        measured[str(world)] = measure_world(world, precision, repeats, timeout, QUICK_ROUNDS if quick else 5)
         if not quick:
-            passes.append(compute_pass())
+            passes.append(compute_pass()["compute"])
     while len(passes) < (1 if quick else MIN_PASSES):
-        passes.append(compute_pass())
+        passes.append(compute_pass()["compute"])
     alone = average_passes(passes)
     compute, scores, step = fit_compute(alone)
     rates = {}

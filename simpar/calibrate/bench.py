@@ -177,8 +177,7 @@ SHORT_LOOPS = {"brief": (1, 1), "short": (1, 2), "mid": (2, 2)}
 SHORT_REPS, SHORT_WARMUP = 60, 20
 
 
-def phase_worker(ctx, size: int, seconds: float = 8.0, repeats: int = 3, ps_size: int | None = None,
-                 short_size: int | None = None) -> dict:
+def phase_worker(ctx, size: int, seconds: float = 8.0, repeats: int = 3, short_size: int | None = None) -> dict:
     """How a call's cost grows with the compute before it: ``pattern_worker``'s unit computed each of
     ``PHASE_UNITS`` times in a row, then one all-reduce of ``size`` bytes (the executor's ring), every
     rank at once; the loops interleaved round by round against the machine's drift, rounds repeated
@@ -187,15 +186,12 @@ def phase_worker(ctx, size: int, seconds: float = 8.0, repeats: int = 3, ps_size
     flattens: at 2 ranks the call cost 2.5 / 3.4 / 3.6 / 4.5 / 4.7 ms after 1.2 / 4.4 / 8.3 / 16 / 24 ms of
     compute (a line through the first and third points priced the last 6.0 ms), as the ranks' lag behind
     each other grows like a random walk's (0.5 / 1.2 / 1.3 / 1.7 / 2.0 ms), hence several lengths, spanning
-    a step's. With ``ps_size`` the same loops with the executor's Worker-Server all-reduce of ``ps_size``
-    bytes ("ps1", "ps4", ...): its server takes the pushes in rank order as they come, so the wait for the
-    slowest overlaps the legs of those before it (4 ranks, 1.7 MB, after 1 / 8 / 24 units: 6.2 / 8.4 /
-    10.7 ms, the ring's 13.8 / 17.8 / 20.3 ms). With more ranks than
+    a step's. With more ranks than
     cores the scheduler hands the cores out in time slices, unevenly, so the ranks leave a long phase
     further apart and the call waits for the slowest: at 4 ranks on 2 cores a DDP step's ranks reached
     its all-reduce 4-17 ms apart. At 2 ranks they drift apart while their cores run at different speeds:
     each vCPU of the development VM flips between a fast and a slow state for 0.25-6.5 s at a time
-    (benchmarks/host_speed.py); seconds of rounds average the states.
+    ; seconds of rounds average the states.
     "brief", "short" and "mid" (``SHORT_LOOPS``): the unit's forward once at micro-batch 1, once and twice at
     ``BURST_UNIT``'s, then one all-reduce of ``short_size`` bytes (``size`` if None), as tensor parallelism's
     pieces and calls follow each other ([start, compute end, call end]), ``SHORT_REPS`` a round, the first
@@ -208,9 +204,6 @@ def phase_worker(ctx, size: int, seconds: float = 8.0, repeats: int = 3, ps_size
     short_flat = torch.zeros(max((short_size or size) // 4, ctx.world))
     calls = {**{key: lambda: comm.ring_all_reduce(short_flat, group) for key in SHORT_LOOPS},
              **{str(units): lambda: comm.ring_all_reduce(flat, group) for units in PHASE_UNITS}}
-    if ps_size:
-        pushed = torch.zeros(max(ps_size // 4, ctx.world))
-        calls.update({f"ps{units}": lambda: comm.ps_all_reduce(pushed, group) for units in PHASE_UNITS})
     marks: dict[str, list[list[float]]] = {key: [] for key in calls}
     forwards = {batch: _unit_burst(backward=False, batch=batch) for _, batch in SHORT_LOOPS.values()}
     shorts = {key: (lambda times=times, f=forwards[batch]: [f() for _ in range(times)])
@@ -228,7 +221,7 @@ def phase_worker(ctx, size: int, seconds: float = 8.0, repeats: int = 3, ps_size
                 start = time.perf_counter()
                 if short:
                     short()
-                for _ in range(0 if short else int(key.removeprefix("ps"))):
+                for _ in range(0 if short else int(key)):
                     unit()
                 ends = [start, time.perf_counter()]
                 call()

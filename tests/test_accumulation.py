@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-import simpar.calibrate as calibrate
+import simpar.calibrate.fits as calibrate
 from simpar.calibrate.handling import time_accumulate
 from simpar.calibrate.profile import HardwareProfile
 from simpar.models import model

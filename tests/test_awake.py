@@ -12,7 +12,7 @@ import pytest
 from simpar.calibrate.average import average_profiles
 from simpar.calibrate.profile import HardwareProfile
 from simpar.errors import SimparError
-from simpar.real import awake, gloo_threads
+from simpar.real import awake
 from simpar.real.launch import launch
 
 from rank_processes import descendants
@@ -100,23 +100,14 @@ def test_gloo_ranks_run_beside_the_spinners_and_leave_none(monkeypatch):
     assert _spinners_of(os.getpid()) == set()
 
 
-def _profile(kept_awake: bool | None, gloo_batch: bool | None = False) -> HardwareProfile:
-    machine = ({"host": "vm", "cores": 2} | ({} if kept_awake is None else {"kept_awake": kept_awake})
-               | ({} if gloo_batch is None else {"gloo_batch": gloo_batch}))
-    return HardwareProfile(machine=machine, compute={"fp32": {"fwd": [1e-4] * 3 + [1e10], "bwd": [2e-4] * 3 + [1e10]}},
-                           slowdown={"1": 1.0, "2": 1.2}, ring={"2": [1e-3, 1e9]},
-                           optimizer_params_per_s={"adam": 1e8}, copy_bytes_per_s=1e10)
+def _profile(kept_awake: bool) -> HardwareProfile:
+    return HardwareProfile(machine={"host": "vm", "cores": 2, "kept_awake": kept_awake},
+                           compute={"fp32": {"fwd": [1e-4] * 3 + [1e10], "bwd": [2e-4] * 3 + [1e10]}},
+                           ring={"2": [1e-3, 1e9]}, optimizer_params_per_s={"adam": 1e8}, copy_bytes_per_s=1e10)
 
 
-def test_a_profile_taken_the_other_way_is_named_and_not_averaged(monkeypatch):
-    monkeypatch.delenv(awake.ENV, raising=False)
-    monkeypatch.delenv(gloo_threads.ENV, raising=False)
-    assert _profile(True).awake_mismatch() == ""
-    for older in (_profile(False), _profile(None)):  # a profile from before the spinners ran without them
-        assert "calibrated without the cores kept awake, the ranks now run with" in older.awake_mismatch()
-    monkeypatch.setenv(awake.ENV, "0")
-    assert _profile(None).awake_mismatch() == ""
-    assert "calibrated with the cores kept awake" in _profile(True).awake_mismatch()
+def test_profiles_taken_one_with_the_cores_kept_awake_one_without_are_not_averaged():
     with pytest.raises(SimparError, match="--average: b.json and a.json were calibrated one with the cores kept "
                                           "awake, one without"):
         average_profiles([_profile(True), _profile(False)], ["a.json", "b.json"])
+    assert average_profiles([_profile(True), _profile(True)], ["a.json", "b.json"]).machine["kept_awake"]

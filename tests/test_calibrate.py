@@ -16,7 +16,7 @@ from simpar.sim import simulate
 def _profile() -> HardwareProfile:
     return HardwareProfile(machine={"host": "test", "cores": 2, "torch": "x", "cpu": "x"},
                            compute={"fp32": {"fwd": [20e-6, 100e-6, 50e-6, 50e9], "bwd": [40e-6, 200e-6, 90e-6, 40e9]}},
-                           slowdown={"1": 1.0, "2": 1.0, "4": 2.0}, ring={"2": [50e-6, 2e9], "4": [1e-3, 1e9]},
+                           ring={"2": [50e-6, 2e9], "4": [1e-3, 1e9]},
                            optimizer_params_per_s={"adam": 1e8, "sgd": 4e8}, copy_bytes_per_s=1e10)
 
 
@@ -67,9 +67,8 @@ def test_profile_round_trips_and_prices_compute_as_overhead_plus_flops(tmp_path)
     assert device.costs["step"] == ({}, 1e8)
     four = profile.topology(4, "fp32")  # 4 ranks: priced alone, the cores shared as the ranks compute
     assert four.graph.nodes["gpu0"]["spec"].costs["fwd"] == device.costs["fwd"]
-    assert four.core_slowdown == {1: 1.0, 2: 1.0, 4: 2.0}
-    assert profile.compute_slowdown(8) == 4.0  # beyond the measured: shared in proportion
-    assert profile.compute_slowdown(3) == 1.5
+    assert four.core_slowdown == {1: 1.0, 2: 1.0, 3: 1.5, 4: 2.0}  # k ranks on 2 cores: max(1, k / 2) each
+    assert profile.topology(8, "fp32").core_slowdown[8] == 4.0
     from simpar.sim.runner import Simulator
     from simpar.strategies import build_plan
 
@@ -234,8 +233,8 @@ def test_calls_back_to_back_pay_no_wake_and_the_fast_path_prices_wakes_as_the_fu
 
 def test_a_collective_after_a_longer_compute_pays_a_wake_grown_by_that_compute():
     """DDP on 4 ranks sharing 2 cores, one bucket: the all-reduce comes after the whole step's compute
-    (the optimizer step before it counted round the step). With a wake that grows 0.2 s per s of compute
-    beyond 3 ms, the step is longer by exactly 0.2 x (that compute's simulated time - 3 ms), read off the
+    (the optimizer step before it counted round the step). With a wake curve that grows 0.2 s per s of
+    compute beyond 3 ms, the step is longer by exactly 0.2 x (that compute's simulated time - 3 ms), read off the
     simulation's own timeline of the step without growth. A phase shorter than 3 ms pays no more."""
     from simpar.plan import Collective, Compute
     from simpar.sim.op_costs import OpCosts
@@ -249,7 +248,8 @@ def test_a_collective_after_a_longer_compute_pays_a_wake_grown_by_that_compute()
 
     def simulator(growth: float, phase: float = 3e-3) -> Simulator:
         profile = _profile()
-        profile.wake, profile.wake_growth, profile.wake_phase = {"4": 1e-3}, {"4": growth}, {"4": phase}
+        profile.wake, profile.wake_phase = {"4": 1e-3}, {"4": phase}
+        profile.wake_curve = {"4": [[phase, phase + 1.0], [0.0, growth]]}
         sim = Simulator(plan, scenario, profile.topology(4, "fp32"), serial=True)
         sim.run()
         return sim
@@ -261,39 +261,6 @@ def test_a_collective_after_a_longer_compute_pays_a_wake_grown_by_that_compute()
     assert grown.env.now - plain.env.now == pytest.approx(0.2 * (computed - 3e-3), rel=1e-6)
     assert OpCosts(plan, scenario, grown.topology).wake(0, calls[0]) == pytest.approx(1e-3 + 0.2 * (computed - 3e-3))
     assert simulator(0.2, phase=computed + 1e-3).env.now == pytest.approx(plain.env.now, rel=1e-12)
-
-
-def test_every_op_of_the_plan_pays_the_executors_work_between_ops_once_a_step():
-    """DDP on 2 ranks, one rank per core: 40 us between ops makes the step longer by exactly 40 us x the
-    program's ops (Alloc and Free included; the ops after the step's last compute are paid by its first),
-    with or without the resume after a call; the fast path prices it as the full simulation does (DDP, tp,
-    pp); a profile without the figure (before it was measured) loads with none."""
-    from simpar.plan import Compute
-    from simpar.sim.op_costs import OpCosts
-    from simpar.strategies import build_plan
-
-    def step(scenario, between: float, resume: float = 0.0, fast: bool = False) -> float:
-        profile = _profile()
-        profile.between_ops, profile.resume = between, {"2": resume}
-        topology = profile.topology(2, "fp32")
-        topology.core_slowdown = None  # (with ranks sharing cores the fast path is the full one)
-        return simulate(scenario, topology=topology, fast=fast).step_time_s
-
-    ddp = make_scenario(model("tiny-deep"), "ddp", 2, micro_batch=2, precision="fp32", topology="cpu-host")
-    ops = build_plan(ddp).programs[0].ops
-    for resume in (0.0, 2e-4):
-        assert step(ddp, 40e-6, resume) - step(ddp, 0.0, resume) == pytest.approx(40e-6 * len(ops), rel=1e-6)
-    profile = _profile()
-    profile.between_ops = 40e-6
-    plan = build_plan(ddp)
-    costs = OpCosts(plan, ddp, profile.topology(2, "fp32"))
-    paid = sum(costs.resume(0, op) for op in plan.programs[0].ops if isinstance(op, Compute))
-    assert paid == pytest.approx(40e-6 * len(ops))
-    for strategy, kwargs in (("ddp", {}), ("tp", {}), ("pp", {"microbatches": 4})):
-        scenario = make_scenario(model("tiny-deep"), strategy, 2, micro_batch=2, precision="fp32",
-                                 topology="cpu-host", **kwargs)
-        assert step(scenario, 40e-6, fast=True) == pytest.approx(step(scenario, 40e-6), rel=1e-9), strategy
-    assert _profile().between_ops == 0.0
 
 
 def test_bad_profiles_and_flags_are_one_line_errors(tmp_path, cli):
@@ -323,13 +290,11 @@ def test_validate_measures_in_rounds_and_judges_each_case_on_all_its_runs(monkey
 
     order = []
     monkeypatch.setattr(validate, "measure", lambda *case: order.append(case[:2]) or {"step_time_s": len(order)})
-    monkeypatch.setattr(validate, "judge", lambda profile, strategy, gpus, precision, runs, speed: (strategy, gpus, runs,
-                                                                                                      speed))
+    monkeypatch.setattr(validate, "judge", lambda profile, strategy, gpus, precision, runs: (strategy, gpus, runs))
     pairs = [("ddp", 2), ("tp", 4), ("pp", 8)]
     judged = validate.run_cases(None, pairs, "fp32", 3, 60.0, repeats=2)
     assert order == pairs + pairs
-    # no run read the cores' speed here (host_speed.py), so no window speed
-    assert judged == [(s, g, [{"step_time_s": i + 1}, {"step_time_s": i + 4}], None) for i, (s, g) in enumerate(pairs)]
+    assert judged == [(s, g, [{"step_time_s": i + 1}, {"step_time_s": i + 4}]) for i, (s, g) in enumerate(pairs)]
 
 
 def test_a_pipeline_send_pays_the_latency_measured_with_as_many_ranks_runnable_as_at_that_moment():
@@ -342,7 +307,6 @@ def test_a_pipeline_send_pays_the_latency_measured_with_as_many_ranks_runnable_a
     profile = _profile()
     profile.ring = {"2": [0.5e-3, 2e9], "4": [1e-3, 2e9], "8": [3e-3, 2e9]}
     profile.handoff = {"2": 0.1e-3, "4": 0.5e-3, "8": 2e-3}
-    profile.slowdown = {"1": 1.0, "2": 1.0, "4": 2.0, "8": 4.0}
     topo = profile.topology(8, "fp32")
     assert topo.send_costs(2) == pytest.approx((0.1e-3, 0.5e-3))
     assert topo.send_costs(3) == pytest.approx((0.3e-3, 0.75e-3))

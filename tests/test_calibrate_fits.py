@@ -24,22 +24,6 @@ def test_collective_costs_fit_a_wake_a_step_latency_and_a_bandwidth():
     assert wake == 0.0 == handoff and alpha > 0 and bandwidth > 0
 
 
-def test_a_handoffs_step_latency_is_its_own_and_leaves_the_rings_alone():
-    """Handoffs whose steps cost more than a ring step (gloo's thread preempting around a pipeline's send, not
-    inside a collective, with SIMPAR_GLOO_BATCH=1): their own step latency, their wake unmoved, the ring's terms
-    as without them; fitted as one (the default) the ring's step takes some of theirs."""
-    from simpar.calibrate.fits import fit_collective_costs
-
-    rows = [{"op": op, "calls": m, "steps": k, "step_bytes": b,
-             "seconds": (1.2e-3 if op == "allgather" else 0.4e-3)
-             + m * k * ((300e-6 if op == "allgather" else 700e-6) + b / 2e9)}
-            for op, steps in (("allgather", (1, 2)), ("handoff", (1,))) for m in (1, 4) for k in steps
-            for b in (2e3, 1.3e5, 1e6)]
-    assert fit_collective_costs(rows, own_handoff_step=True) == pytest.approx((1.2e-3, 0.4e-3, 300e-6, 2e9, 700e-6))
-    wake, handoff, alpha, _, handoff_step = fit_collective_costs(rows)
-    assert alpha == handoff_step and 300e-6 < alpha < 700e-6
-
-
 def test_a_measured_wake_is_taken_as_given_and_the_steps_fitted_around_it():
     from simpar.calibrate.fits import fit_collective_costs
 
@@ -54,7 +38,7 @@ def test_series_wake_is_the_first_calls_extra_from_the_ranks_mean_compute_end():
     """Two ranks, two repetitions of a compute then 4 calls (clock times in ms): rank 1 ends computing
     1 ms after rank 0; the first call ends 2.5 ms after their mean end, each next call takes 2 ms: the
     first pays 0.5 ms more (the wait for rank 1). The second repetition pays 1.5 ms more: the mean."""
-    from simpar.calibrate.series import series_wake
+    from simpar.calibrate.fits import series_wake
 
     ms = lambda *t: [x * 1e-3 for x in t]
     rank0 = [ms(0, 3, 5, 7, 9), ms(10, 14, 16, 18, 20)]
@@ -62,29 +46,6 @@ def test_series_wake_is_the_first_calls_extra_from_the_ranks_mean_compute_end():
     assert series_wake([rank0, rank1]) == pytest.approx(1.0e-3)
     assert series_wake([[ms(0, 1, 3, 5)], [ms(0, 1, 3, 5)]]) == 0.0  # a first call cheaper than the next: 0
     assert series_wake([[], []]) == 0.0
-
-
-def test_series_late_is_the_later_calls_level_against_the_second_to_fourths():
-    """Two ranks, a compute then ten calls (ms): the first 3, the second to fourth 2, the fifth to ninth 1.5
-    or 1.4 (every other repetition), the last 2.6 (a compute follows it, left out): the later calls pay
-    0.55 less on average, paired repetition by repetition and averaged over the ranks (rank 1's later
-    calls 0.1 ms longer: 0.5 less). A drop within twice its standard error of 0, or a series too short
-    for it, is 0."""
-    from simpar.calibrate.series import series_late, series_positions
-
-    def marks(later: float) -> list[float]:
-        calls = [3, 2, 2, 2] + [later] * 5 + [2.6]
-        return [1e-3 * sum(calls[:i]) for i in range(len(calls) + 1)]
-
-    reps = [marks(1.5), marks(1.4)] * 3
-    expected = [1e-3 * c for c in [3, 2, 2, 2] + [1.45] * 5 + [2.6]]
-    assert series_positions([reps, reps]) == pytest.approx(expected)
-    assert series_late([reps, reps]) == pytest.approx(-0.55e-3)
-    assert series_late([reps, [marks(1.6), marks(1.5)] * 3]) == pytest.approx(-0.5e-3)
-    noisy = [marks(0.5), marks(3.0)] * 3  # a drop of -0.25 ms, its standard error 0.56: nothing told
-    assert series_late([noisy, noisy]) == 0.0
-    assert series_late([[m[:5] for m in reps]] * 2) == 0.0
-    assert series_positions([[], []]) == [] and series_late([[], []]) == 0.0
 
 
 def test_pattern_rows_take_the_resume_off_what_the_calls_cost():
@@ -107,19 +68,16 @@ def test_pattern_rows_take_the_resume_off_what_the_calls_cost():
 
 def test_compute_passes_are_averaged_unit_by_unit():
     """Compute is timed in several passes spread over the calibration (the machine drifts): each unit's
-    forward and backward is the median of its passes (of two, their mean), each pass kept for the record."""
+    forward and backward is the median of its passes (of two, their mean)."""
     from simpar.calibrate import average_passes
 
     row = {"model": "tiny", "batch": 1, "unit": "layer", "fwd_flops": 1.0, "bwd_flops": 2.0}
-    passes = [[dict(row, fwd_s=1e-3, bwd_s=2e-3, between_ops_s=1e-5),
-               dict(row, unit="head", fwd_s=5e-4, bwd_s=6e-4, between_ops_s=1e-5)],
-              [dict(row, fwd_s=2e-3, bwd_s=4e-3, between_ops_s=3e-5),
-               dict(row, unit="head", fwd_s=7e-4, bwd_s=1e-3, between_ops_s=3e-5)]]
+    passes = [[dict(row, fwd_s=1e-3, bwd_s=2e-3), dict(row, unit="head", fwd_s=5e-4, bwd_s=6e-4)],
+              [dict(row, fwd_s=2e-3, bwd_s=4e-3), dict(row, unit="head", fwd_s=7e-4, bwd_s=1e-3)]]
     layer, head = average_passes(passes)
     assert (layer["unit"], layer["fwd_s"], layer["bwd_s"]) == ("layer", pytest.approx(1.5e-3), pytest.approx(3e-3))
     assert (head["fwd_s"], head["bwd_s"]) == (pytest.approx(6e-4), pytest.approx(8e-4))
-    assert layer["between_ops_s"] == pytest.approx(2e-5) and layer["passes_between_ops_s"] == [1e-5, 3e-5]
-    assert layer["passes_fwd_s"] == [1e-3, 2e-3] and passes[0][0]["fwd_s"] == 1e-3  # inputs untouched
+    assert passes[0][0]["fwd_s"] == 1e-3  # inputs untouched
 
 
 def test_a_pass_in_a_slow_state_does_not_move_three():
@@ -128,20 +86,9 @@ def test_a_pass_in_a_slow_state_does_not_move_three():
     from simpar.calibrate import average_passes
 
     row = {"model": "tiny", "batch": 1, "unit": "layer", "fwd_flops": 1.0, "bwd_flops": 2.0}
-    passes = [[dict(row, fwd_s=f, bwd_s=2 * f, between_ops_s=f / 100, step_s=f)] for f in (1.0e-3, 1.5e-3, 1.1e-3)]
+    passes = [[dict(row, fwd_s=f, bwd_s=2 * f, step_s=f)] for f in (1.0e-3, 1.5e-3, 1.1e-3)]
     (layer,) = average_passes(passes)
     assert (layer["fwd_s"], layer["bwd_s"], layer["step_s"]) == pytest.approx((1.1e-3, 2.2e-3, 1.1e-3))
-    assert layer["between_ops_s"] == pytest.approx(1.1e-5) and layer["passes_fwd_s"] == [1.0e-3, 1.5e-3, 1.1e-3]
-
-
-def test_between_ops_is_the_steps_time_outside_every_timed_op_per_op_of_the_plan():
-    """A 10 ms step whose two timed ops last 3 and 5 ms spent 2 ms between ops; over 40 plan ops (Alloc
-    and Free count: the executor handles them too) that is 50 us each. Never below zero."""
-    from simpar.calibrate.handling import between_ops
-
-    timeline = [{"start": 0.5e-3, "end": 3.5e-3}, {"start": 4e-3, "end": 9e-3}]
-    assert between_ops(10e-3, timeline, 40) == pytest.approx(50e-6)
-    assert between_ops(7e-3, timeline, 40) == 0.0
 
 
 def test_the_wake_curve_is_the_rise_of_a_root_and_line_fit_of_each_loops_call():
@@ -151,9 +98,8 @@ def test_the_wake_curve_is_the_rise_of_a_root_and_line_fit_of_each_loops_call():
     the first loop exactly (a square root alone fitted on the line over-states its middle); the root's calls
     with the third loop's dipped and the fourth's raised by as much (noise) give a least-squares curve, not the
     points; calls that fall give a flat curve, never below 0."""
-    from simpar.calibrate import PHASE_UNITS, wake_curve
-    from simpar.calibrate.bench import phase_cost
-    from simpar.calibrate.lag import rise_fit
+    from simpar.calibrate.bench import PHASE_UNITS, phase_cost
+    from simpar.calibrate.lag import rise_fit, wake_curve
 
     ms = lambda *t: [x * 1e-3 for x in t]
     assert len(PHASE_UNITS) == 5 and PHASE_UNITS[0] == 1
@@ -204,54 +150,6 @@ def test_the_rise_fit_is_the_least_squares_fit_over_the_terms_that_come_out_non_
     assert unconstrained[1] < 0
     slope, intercept = np.polyfit(x, y, 1)
     assert rise_fit(list(x), list(y)) == pytest.approx([slope * (v - x[0]) for v in x])
-
-
-def test_the_embeddings_backward_is_fitted_an_overhead_and_a_cost_per_element_of_its_table():
-    """Two tables (tiny's 16 K elements, small's 131 K), as the calibration times them: the dense table
-    gradient's cost per element comes out beside the unit overheads and the FLOP rate."""
-    from simpar.calibrate.fits import fit_unit_costs
-
-    truth = {"embedding": 90e-6, "layer": 300e-6, "head": 80e-6}
-    rows = [{"unit": kind, "table": table if kind == "embedding" else 0, "bwd_flops": f,
-             "bwd_s": truth[kind] + (table * 0.6e-9 if kind == "embedding" else 0) + f / 2e10}
-            for table in (16384, 131072) for kind in truth for f in ((0.0,) if kind == "embedding" else (1e6, 4e6))]
-    overheads, extras = fit_unit_costs(rows, "bwd", ("table",))
-    assert overheads == pytest.approx([90e-6, 300e-6, 80e-6, 2e10]) and extras["table"] == pytest.approx(0.6e-9)
-    below = [dict(r, bwd_s=r["bwd_s"] - (r["table"] * 1.2e-9)) for r in rows]  # a table that costs less: no term
-    assert fit_unit_costs(below, "bwd", ("table",))[1] == {"table": 0.0}
-
-
-def test_the_simulator_prices_the_embeddings_backward_by_its_table_and_averages_the_term():
-    from simpar.calibrate.average import average_profiles
-    from simpar.calibrate.profile import HardwareProfile
-    from simpar.models import model
-    from simpar.scenario import make_scenario
-    from simpar.sim.op_costs import OpCosts
-    from simpar.strategies import build_plan
-
-    def profile(per_element):
-        return HardwareProfile(machine={"host": "t", "cores": 2}, embedding_table={"fp32": per_element},
-                               compute={"fp32": {"fwd": [20e-6, 100e-6, 50e-6, 50e9], "bwd": [40e-6, 200e-6, 90e-6, 40e9]}},
-                               slowdown={"1": 1.0, "2": 1.0}, ring={"2": [50e-6, 2e9]},
-                               optimizer_params_per_s={"adam": 1e8}, copy_bytes_per_s=1e10)
-
-    def embedding(name, prof, tp=1):
-        scenario = make_scenario(model(name), "tp" if tp > 1 else "ddp", tp, micro_batch=1, topology="cpu-host")
-        plan = build_plan(scenario)
-        costs = OpCosts(plan, scenario, prof.topology(plan.grid.world, "fp32"))
-        prog = plan.programs[0]
-        return {op.phase: costs.compute_time(prog, op) for op in prog.ops
-                if getattr(op, "unit", None) == 0 and getattr(op, "phase", None) in ("fwd", "bwd")}
-
-    for name in ("tiny", "small"):
-        spec = model(name)
-        table = (spec.vocab + spec.positions) * spec.hidden
-        assert embedding(name, profile(1e-9)) == pytest.approx({"fwd": 20e-6, "bwd": 40e-6 + table * 1e-9})
-        assert embedding(name, profile(0.0))["bwd"] == pytest.approx(40e-6)  # older profiles: the overhead alone
-    spec = model("small")  # a tensor-parallel rank holds its shard of the vocabulary
-    shard = (spec.vocab_per_tp_rank(2) + spec.positions) * spec.hidden
-    assert embedding("small", profile(1e-9), tp=2)["bwd"] == pytest.approx(40e-6 + shard * 1e-9)
-    assert average_profiles([profile(1e-9), profile(3e-9)], ["a", "b"]).embedding_table == {"fp32": pytest.approx(2e-9)}
 
 
 def test_unit_costs_fit_the_relative_error_so_short_units_are_not_left_one_sided():
@@ -327,7 +225,7 @@ def test_the_simulator_prices_a_layer_by_its_heads_and_tp_splits_them():
 
     profile = HardwareProfile(machine={"host": "test", "cores": 2, "torch": "x", "cpu": "x"},
                               compute={"fp32": {"fwd": [20e-6, 100e-6, 50e-6, 50e9], "bwd": [40e-6, 200e-6, 90e-6, 40e9]}},
-                              slowdown={"1": 1.0, "2": 1.0}, ring={"2": [50e-6, 2e9]},
+                              ring={"2": [50e-6, 2e9]},
                               optimizer_params_per_s={"adam": 1e8, "sgd": 4e8}, copy_bytes_per_s=1e10,
                               attention_scores={"fp32": [3e-9, 8e-9]})
     deep = model("tiny-deep")
@@ -359,7 +257,7 @@ def test_the_attention_score_term_prices_the_same_on_the_fast_path():
 
     profile = HardwareProfile(machine={"host": "test", "cores": 2, "torch": "x", "cpu": "x"},
                               compute={"fp32": {"fwd": [20e-6, 100e-6, 50e-6, 50e9], "bwd": [40e-6, 200e-6, 90e-6, 40e9]}},
-                              slowdown={"1": 1.0, "2": 1.0}, ring={"2": [50e-6, 2e9]},
+                              ring={"2": [50e-6, 2e9]},
                               optimizer_params_per_s={"adam": 1e8, "sgd": 4e8}, copy_bytes_per_s=1e10,
                               attention_scores={"fp32": [3e-9, 8e-9]})
     for strategy in ("ddp", "tp", "pp"):
@@ -368,13 +266,3 @@ def test_the_attention_score_term_prices_the_same_on_the_fast_path():
         full = simulate(scenario, topology=profile.topology(2, "fp32"), replay=False)
         assert simulate(scenario, topology=profile.topology(2, "fp32"), fast=True).step_time_s == pytest.approx(
             full.step_time_s, rel=1e-9)
-
-
-def test_a_pipeline_send_takes_the_handoffs_own_step_latency_where_measured():
-    from simpar.real.cpu_profile import cpu_topology
-
-    topology = cpu_topology(2, cores=2)
-    topology.step_latency_by_ranks, topology.handoff_by_ranks = {2: 1e-4, 4: 2e-4}, {2: 5e-4, 4: 6e-4}
-    assert topology.send_costs(2) == (5e-4, 1e-4)  # an older profile: the ring step's
-    topology.handoff_step_by_ranks = {2: 7e-4, 4: 9e-4}
-    assert topology.send_costs(2) == (5e-4, 7e-4) and topology.send_costs(4) == (6e-4, 9e-4)

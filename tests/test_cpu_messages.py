@@ -44,32 +44,6 @@ def test_a_half_duplex_link_is_one_channel_for_both_ways():
     assert list(topo.capacities) == [2e9, 1.5e9, 0.5e9]
 
 
-def test_a_pipeline_send_holds_its_sender_for_the_isend_measured_with_as_many_ranks_runnable():
-    """The executor's isend wakes threads that may take the sender's core: calibrated per world size
-    (``send_issue``), interpolated by the ranks runnable when the send goes, and held on the sending
-    rank in the executor's order (serial); without the table a send costs its sender nothing."""
-    from simpar.strategies import build_plan
-
-    profile = _profile()
-    profile.send_issue = {"2": 1e-3, "4": 3e-3}
-    topology = profile.topology(4, "fp32")
-    assert [topology.send_issue(k) for k in (1, 2, 3, 4, 8)] == pytest.approx([1e-3, 1e-3, 2e-3, 3e-3, 3e-3])
-    scenario = make_scenario(model("tiny-deep"), "pp", 2, micro_batch=2, microbatches=4, precision="fp32",
-                             topology="cpu-host")
-    profile.send_issue = {"2": 1e-3}
-    held = simulate(scenario, topology=profile.topology(2, "fp32"), serial=True)
-    free = simulate(scenario, topology=_profile().topology(2, "fp32"), serial=True)
-    plan = build_plan(scenario)
-    for timeline, program in zip(held.op_timeline, plan.programs):
-        sends = [e for e in timeline["ops"] if isinstance(program.ops[e["op"]], Send)]
-        assert len(sends) == 4 and all(e["end"] - e["start"] == pytest.approx(1e-3) for e in sends)
-    for timeline in free.op_timeline:
-        assert all(e["end"] == e["start"] for e in timeline["ops"] if e["class"] == "pipeline p2p"
-                   and e["stream"] == "send")
-    # some of the eight sends lie on the step's critical path (three, in this 1F1B), never more than all
-    assert 1e-3 - 1e-12 <= held.step_time_s - free.step_time_s <= 8e-3
-
-
 def test_a_worker_server_all_reduce_is_priced_as_measured_in_the_steps_pattern():
     """Where the calibration measured the executor's Worker-Server all-reduce on its own
     (``worker_server``: its wake, each one-way leg's latency and bandwidth), its legs cost that, taken
@@ -128,7 +102,8 @@ def test_a_call_after_a_short_compute_pays_a_share_of_the_wake():
     from simpar.sim.op_costs import OpCosts
 
     profile = _profile()
-    profile.wake, profile.wake_phase, profile.wake_growth = {"2": 1e-3}, {"2": 2e-3}, {"2": 0.1}
+    profile.wake, profile.wake_phase = {"2": 1e-3}, {"2": 2e-3}
+    profile.wake_curve = {"2": [[2e-3, 3e-3], [0.0, 0.1e-3]]}  # growing 0.1 s a second of compute
     profile.worker_server = {"2": [0.5e-3, 1e-4, 1e9]}
     whole = profile.topology(2, "fp32")
     assert whole.wake_share(0.0) == whole.wake_share(1e-3) == 1.0  # not measured: paid whole
@@ -200,7 +175,7 @@ def test_a_call_after_no_compute_is_anchored_at_the_back_to_back_pace():
     their steps at the step latency, docs/calibration.md). So the short computes' curve starts from the
     back-to-back ring's price of the short loops' all-reduce less the step's, not from nothing: where ranks fit
     the cores and the profile has the back-to-back fit; older profiles and more ranks than cores as before."""
-    from simpar.calibrate.profile import PHASE_SIZE
+    from simpar.calibrate.profile import SHORT_SIZE
     from simpar.calibrate.fits import ring_price
 
     profile = _profile()
@@ -209,7 +184,7 @@ def test_a_call_after_no_compute_is_anchored_at_the_back_to_back_pace():
     older = profile.topology(2, "fp32")
     assert older.wake_anchor == 0.0 and older.wake_share(0.0) == 0.0  # no back-to-back fit: as before
     profile.samples = {"shared": {"2": {"back_to_back": [20e-6, 2e9]}, "4": {"back_to_back": [0.2e-3, 1e9]}}}
-    anchor = (ring_price("allreduce", PHASE_SIZE, 2, 20e-6, 2e9) - ring_price("allreduce", PHASE_SIZE, 2, 50e-6, 2e9))
+    anchor = (ring_price("allreduce", SHORT_SIZE, 2, 20e-6, 2e9) - ring_price("allreduce", SHORT_SIZE, 2, 50e-6, 2e9))
     assert anchor == pytest.approx(-60e-6)  # two steps, each 30 us quicker back to back
     topology = profile.topology(2, "fp32")
     assert topology.wake_anchor == pytest.approx(anchor)
@@ -217,17 +192,7 @@ def test_a_call_after_no_compute_is_anchored_at_the_back_to_back_pace():
     shares = [topology.wake_share(p) for p in (0.0, 0.25e-3, 0.5e-3, 1.25e-3, 2e-3)]
     assert shares == pytest.approx([-0.06, -0.08, -0.1, 0.45, 1.0])
     assert topology.collective_wake(0.0) == pytest.approx(anchor)
-    assert topology.wake_share(0.0, ((0.5e-3, 0.5e-3),)) == 0.0  # another op's points start from nothing
     assert profile.topology(4, "fp32").wake_anchor == 0.0  # 4 ranks on 2 cores: every call waits for slices
-    # a profile whose short loops timed smaller calls (SHORT_SIZE) anchors at that size: the bytes' part moves
-    from simpar.calibrate.profile import SHORT_SIZE
-
-    faster = replace(profile, samples={"shared": {"2": {"back_to_back": [20e-6, 4e9]}}})  # back to back at 4 GB/s
-    small = replace(faster, short_size=SHORT_SIZE)
-    for each, size in ((faster, PHASE_SIZE), (small, SHORT_SIZE)):
-        assert each.topology(2, "fp32").wake_anchor == pytest.approx(
-            ring_price("allreduce", size, 2, 20e-6, 4e9) - ring_price("allreduce", size, 2, 50e-6, 2e9))
-    assert faster.topology(2, "fp32").wake_anchor < small.topology(2, "fp32").wake_anchor < 0
 
     # in a step: tp's calls after its pieces pay the difference, the replayed and fixed steps equal the full one
     scenario = make_scenario(model("tiny-deep"), "tp", 2, micro_batch=2, precision="fp32", topology="cpu-host")

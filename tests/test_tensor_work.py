@@ -4,7 +4,7 @@ at one rank's speed (the others wait in the ring meanwhile)."""
 
 import pytest
 
-import simpar.calibrate as calibrate
+import simpar.calibrate.fits as calibrate
 from simpar.calibrate.profile import HardwareProfile
 from simpar.models import PRESETS, model
 from simpar.plan import Collective, Compute
@@ -17,11 +17,16 @@ from simpar.strategies import build_plan
 PER_TENSOR, PER_ELEMENT = 15e-6, 2e-9
 
 
-def _profile(**extra) -> HardwareProfile:
+def _profile(tensor_work: dict | None = None, sharded_work: dict | None = None, **extra) -> HardwareProfile:
+    """A profile whose handling is an all-reduce's (``tensor_work``: precision -> [per tensor, per element]) and
+    ZeRO's ways' (``sharded_work``: precision -> kind -> the same)."""
+    handling = {precision: {"": fit} for precision, fit in (tensor_work or {}).items()}
+    for precision, kinds in (sharded_work or {}).items():
+        handling.setdefault(precision, {}).update(kinds)
     return HardwareProfile(machine={"host": "test", "cores": 2, "torch": "x", "cpu": "x"},
                            compute={"fp32": {"fwd": [20e-6, 100e-6, 50e-6, 50e9], "bwd": [40e-6, 200e-6, 90e-6, 40e9]}},
-                           slowdown={"1": 1.0, "2": 1.0}, ring={"2": [50e-6, 2e9]},
-                           optimizer_params_per_s={"adam": 1e8, "sgd": 4e8}, copy_bytes_per_s=1e10, **extra)
+                           ring={"2": [50e-6, 2e9]}, optimizer_params_per_s={"adam": 1e8, "sgd": 4e8},
+                           copy_bytes_per_s=1e10, handling=handling, **extra)
 
 
 def _scenario(strategy: str, **kwargs):
@@ -91,17 +96,6 @@ def test_the_fast_path_prices_the_handling_as_the_full_simulation(strategy):
     bare = _profile().topology(2, "fp32")
     bare.core_slowdown = None
     assert full > simulate(scenario, topology=bare).step_time_s  # and it costs the step time
-
-
-def test_retimed_refits_the_handling():
-    rows = [{"model": name, "batch": b, "unit": kind, "fwd_flops": f * b, "bwd_flops": 2 * f * b,
-             "fwd_s": 10e-6 + f * b / 1e10, "bwd_s": 20e-6 + 2 * f * b / 1e10, "between_ops_s": 30e-6,
-             "tensors": tensors, "params": params, "reduce_s": PER_TENSOR * tensors + PER_ELEMENT * params}
-            for name, tensors, params in (("tiny", 36, 118_528), ("small", 68, 932_608)) for b in (1, 2, 4)
-            for kind, f in (("embedding", 1e5), ("layer", 4e6), ("head", 2e6))]
-    profile = _profile()
-    assert calibrate.retimed(profile, [rows], "fp32").tensor_work["fp32"] == pytest.approx([PER_TENSOR, PER_ELEMENT])
-    assert profile.tensor_work == {} and profile.topology(2, "fp32").tensor_work == (0.0, 0.0)
 
 
 def test_zero_1_and_2_all_gathers_copy_the_parameters_out_and_pay_the_gather_fit_where_measured():

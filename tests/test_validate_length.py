@@ -5,7 +5,14 @@ draws one of them. The price only sets the number of steps."""
 import math
 
 import simpar.validate as validate
-from tests.test_validate_retime import _profile
+from simpar.calibrate.profile import HardwareProfile
+
+
+def _profile() -> HardwareProfile:
+    return HardwareProfile(machine={"host": "test", "cores": 2, "torch": "x", "cpu": "x"},
+                           compute={"fp32": {"fwd": [20e-6, 100e-6, 50e-6, 50e9], "bwd": [40e-6, 200e-6, 90e-6, 40e9]}},
+                           ring={"2": [50e-6, 2e9]}, optimizer_params_per_s={"adam": 1e8, "sgd": 4e8},
+                           copy_bytes_per_s=1e10, resume={"2": 3e-4})
 
 
 def test_a_run_takes_the_steps_that_last_the_seconds_asked_at_the_priced_step_time():

@@ -1,5 +1,5 @@
-"""The wait for the slowest rank as a measured curve of the compute before a call (``wake_curve``), and the
-Worker-Server all-reduce's own (``worker_server_curve``): what the simulator prices with them."""
+"""The wait for the slowest rank as a measured curve of the compute before a call (``wake_curve``): what the
+simulator prices with it."""
 
 import pytest
 
@@ -13,8 +13,7 @@ def test_a_measured_wake_curve_prices_the_call_after_the_steps_compute_by_interp
     """The same DDP step, the growth measured at several lengths of compute (``wake_curve``): the call after
     the whole step's compute pays the wake and the curve read at that compute (interpolated between the
     measured points, on at the last piece's slope beyond them), exactly; the simulation's step is longer
-    by just that; the fast path equals the full simulation; a profile with both a curve and an older line
-    prices by the curve."""
+    by just that; the fast path equals the full simulation."""
     from simpar.plan import Collective, Compute
     from simpar.sim.op_costs import OpCosts
     from simpar.sim.runner import Simulator
@@ -26,7 +25,7 @@ def test_a_measured_wake_curve_prices_the_call_after_the_steps_compute_by_interp
 
     def simulated(curve) -> Simulator:
         profile = _profile()
-        profile.wake, profile.wake_phase, profile.wake_growth = {"4": 1e-3}, {"4": 1e-3}, {"4": 0.5}
+        profile.wake, profile.wake_phase = {"4": 1e-3}, {"4": 1e-3}
         profile.wake_curve = {"4": curve} if curve else {}
         sim = Simulator(plan, scenario, profile.topology(4, "fp32"), serial=True)
         sim.run()
@@ -44,40 +43,7 @@ def test_a_measured_wake_curve_prices_the_call_after_the_steps_compute_by_interp
     beyond = [[1e-3, computed / 4, computed / 2], [0.0, 1e-3, 2e-3]]  # on at 1 ms per quarter of it
     topology = simulated(beyond).topology
     assert topology.wake_rise(computed) == pytest.approx(4e-3)
-    assert topology.wake_rise(0.5e-3) == 0.0 and topology.wake_growth == 0.0  # the curve, not the line
+    assert topology.wake_rise(0.5e-3) == 0.0  # below the first point: nothing
     topology.core_slowdown = None
     full, fast = simulate(scenario, topology=topology), simulate(scenario, topology=topology, fast=True)
     assert fast.step_time_s == pytest.approx(full.step_time_s, rel=1e-9)
-
-
-def test_a_worker_server_all_reduce_grows_by_its_own_curve_where_measured():
-    """dp's Worker-Server all-reduce after the step's compute: with its own curve measured it pays that,
-    the ring's calls keep theirs; without it (older profiles) it grows as the ring's. The step is shorter
-    by exactly the difference of the two curves at that compute."""
-    from simpar.plan import Collective
-    from simpar.sim.op_costs import OpCosts
-    from simpar.sim.runner import Simulator
-    from simpar.strategies import build_plan
-
-    scenario = make_scenario(model("tiny-deep"), "dp", 4, micro_batch=2, precision="fp32", topology="cpu-host")
-    plan = build_plan(scenario)
-    call = next(op for op in plan.programs[0].ops if isinstance(op, Collective))
-    assert call.algo == "ps"
-
-    def simulated(ps_curve) -> Simulator:
-        profile = _profile()
-        profile.wake, profile.wake_phase = {"4": 1e-3}, {"4": 1e-3}
-        profile.worker_server = {"4": [1e-3, 1e-4, 1e9]}
-        profile.wake_curve = {"4": [[1e-3, 1.0], [0.0, 0.1]]}  # 0.1 s per s of compute
-        profile.worker_server_curve = {"4": ps_curve} if ps_curve else {}
-        sim = Simulator(plan, scenario, profile.topology(4, "fp32"), serial=True)
-        sim.run()
-        return sim
-
-    ring, own = simulated(None), simulated([[1e-3, 1.0], [0.0, 0.04]])
-    phase = OpCosts(plan, scenario, own.topology).after_compute[(0, call.id)]
-    assert phase > 1e-3
-    assert own.topology.wake_rise(phase, "ps") == pytest.approx(0.04 * (phase - 1e-3) / (1.0 - 1e-3))
-    assert own.topology.wake_rise(phase) == ring.topology.wake_rise(phase, "ps") == pytest.approx(
-        0.1 * (phase - 1e-3) / (1.0 - 1e-3))
-    assert ring.env.now - own.env.now == pytest.approx(0.06 * (phase - 1e-3) / (1.0 - 1e-3), rel=1e-6)

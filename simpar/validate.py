@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import csv
 import math
-import os
 import statistics
 from pathlib import Path
 

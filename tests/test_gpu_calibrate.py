@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from simpar.calibrate import gpu_bench
-from simpar.calibrate.gpu_profile import (GPUProfile, fit_allreduce, fit_gemm_efficiency, fit_profile, fit_stream,
+from simpar.costs import gpu_bench
+from simpar.costs.gpu_profile import (GPUProfile, fit_allreduce, fit_gemm_efficiency, fit_profile, fit_stream,
                                           preset_for)
 from simpar.calibrate.profile import HardwareProfile
 from simpar.costs.gpu import Gemm, KernelModel, gemm_time

@@ -44,7 +44,7 @@ def test_a_one_step_run_reports_its_only_step(monkeypatch):
 
 
 def test_a_long_runs_losses_are_shown_first_and_last():
-    from simpar.cli.run_compare import loss_summary
+    from simpar.cli.common import loss_summary
 
     assert loss_summary([5.5, 5.4]) == "5.5000, 5.4000"
     assert loss_summary([float(i) for i in range(150)]) == "0.0000, 1.0000, 2.0000, ..., 147.0000, 148.0000, 149.0000"

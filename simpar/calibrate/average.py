@@ -1,15 +1,7 @@
-"""Several calibrations of one machine merged into one profile: ``simpar calibrate --average P1,P2,...``.
-
-A calibration is a snapshot of a machine whose state moves: on a shared 2-core VM two calibrations
-45 minutes apart timed the same units alone 35-53 % apart. A constant of the model is its
-typical value, so a profile for judging runs spread over an hour is best fitted over that hour:
-calibrate before and after (or every so often) and average.
-
-Every fitted figure is averaged as the time it stands for: figures in seconds (overheads, latencies,
-wakes) by their mean; rates (FLOP/s, bytes/s, parameters/s) by the mean of their reciprocals, the seconds per
-unit of work, so that the averaged profile prices a piece of work at the mean of what the profiles price
-it at.
-"""
+"""Several calibrations of one machine merged into one profile (``simpar calibrate --average P1,P2,...``): a
+machine's state moves, so runs spread over an hour are best priced by calibrations spread over it. Seconds
+average by their mean, rates by the mean of their seconds per unit of work, so the averaged profile prices a
+piece of work at the mean of what the profiles price it at."""
 
 from __future__ import annotations
 

@@ -1,12 +1,7 @@
-"""Micro-benchmarks of the machine at hand, run as ``launch`` workers (every rank runs the same
-benchmark at the same time, so running k ranks measures what k ranks sharing the machine get).
-
-Nothing here runs a distributed strategy: compute is timed unit by unit (embedding, layer, head,
-forward and backward) by the executor's own step on one rank (compute_bench.py), communication
-with the executor's own ring code (back to back, and in the pattern a step uses: a unit's compute,
-then the collectives), the optimizer step and memory copies on bare tensors. ``simpar validate`` then
-judges the fitted profile on whole strategies the fit never saw.
-"""
+"""Micro-benchmarks of collectives and the host, run as ``launch`` workers: every rank runs the same benchmark
+at once, so k ranks measure what k ranks sharing the machine get. Communication uses the executor's own ring
+code, back to back and in the pattern a step meets it (a unit's compute, then calls). No strategy runs here;
+``simpar validate`` judges the fitted profile on whole strategies the fit never saw."""
 
 from __future__ import annotations
 
@@ -24,36 +19,25 @@ from simpar.real.states import make_optimizer
 
 
 def _timed(fn, repeats: int) -> float:
-    """Seconds per ``fn()`` with every rank running it ``repeats`` times back to back, from a barrier
-    until all are done: k ranks sharing the cores are timed as a step would be, by how long all of
-    them take. The closing barrier's own cost (measured alone) is taken off; the median of 5 rounds."""
-    return _together(fn, repeats)[0]
-
-
-def _together(fn, repeats: int) -> tuple[float, float]:
-    """(``_timed``'s seconds per ``fn()``: until the slowest rank is done; this rank's own seconds per ``fn()``
-    in the same rounds, without the wait for the slowest), each the median of 5 rounds."""
+    """Seconds per ``fn()`` with every rank running it ``repeats`` times back to back, from a barrier until all
+    are done (as a step is timed), the closing barrier's own cost taken off; the median of 5 rounds."""
     fn()
 
-    def between_barriers(work) -> tuple[float, float]:
+    def between_barriers(work) -> float:
         dist.barrier()
         start = time.perf_counter()
         work()
-        mine = time.perf_counter() - start
         dist.barrier()
-        return time.perf_counter() - start, mine
+        return time.perf_counter() - start
 
-    barrier = statistics.median(between_barriers(lambda: None)[0] for _ in range(5))
+    barrier = statistics.median(between_barriers(lambda: None) for _ in range(5))
     rounds = [between_barriers(lambda: [fn() for _ in range(repeats)]) for _ in range(5)]
-    slowest = max(statistics.median(all_done for all_done, _ in rounds) - barrier, 0.0) / repeats
-    return slowest, statistics.median(mine for _, mine in rounds) / repeats
+    return max(statistics.median(rounds) - barrier, 0.0) / repeats
 
 
 def ring_worker(ctx, sizes: list[int], repeats: int) -> list[dict]:
-    """A ring all-gather of each size over every rank, with the executor's own code (k - 1 ring
-    steps of size/k bytes each, the chunks copied into place), every rank at once; each timed alone
-    (the mean of 5 x ``repeats``: a step pays the occasional stalled call too, and a median would
-    hide it); the steps keep the ranks in step, a barrier would cost more."""
+    """A ring all-gather of each size, back to back, every rank at once: the mean of 5 x ``repeats`` calls (a
+    step pays the occasional stalled call too, which a median would hide)."""
     comm = CountingComm(ctx.rank)
     group = list(range(ctx.world))
     rows = []
@@ -89,28 +73,19 @@ PATTERN_OPS = ("allgather", "allreduce", "handoff", "psreduce")
 
 
 def pattern_worker(ctx, sizes: list[int], repeats: int, rounds: int = 5) -> dict:
-    """Collectives as a step meets them: one unit's compute (``_unit_burst``), then ``m`` of the
-    executor's ring all-gathers or all-reduces in a row (m = 1 and ``SERIES``), every rank at
-    once, repeated. Each loop is timed between two barriers, right after the same loop without the
-    collectives (this machine's speed drifts by tens of percent over a minute, so each round is
-    measured against its own neighbour, not against a base taken minutes before): the difference per
-    repetition is everything the step pays for its m calls, the wait for a peer still computing and
-    the wake-up of a blocked receive included. {"base": [s per compute alone, every round],
-    "<op><bytes>x<m>": [s of m calls beyond the compute, per round], "compute": [s of each compute
-    burst that followed a call], "compute_base": [s of each burst of the loops without calls], "series":
-    [[compute end, end of each call] per repetition of the collectives' series, clock times]}: the
-    timestamps, taken by every rank on the machine's one monotonic clock, give ``series_wake``; the
-    difference of compute and compute_base is what a unit computed right after a call pays more (resume), both
-    with every rank computing at once and taken minutes apart at most, round by round. "issued": [s the isend of each handoff right after
-    the compute held its rank] (``_handoff``)."""
+    """Collectives as a step meets them: one unit's compute (``_unit_burst``), then ``m`` calls in a row (m = 1
+    and ``SERIES``) of each of ``PATTERN_OPS``, every rank at once, repeated. Each loop is timed between
+    barriers right after the same loop without calls (each round against its neighbour, as the machine's
+    speed drifts): the difference is all the step pays for its calls, the wait for a peer included.
+    {"<op><bytes>x<m>": [s beyond the compute, per round], "base": [s of the compute alone], "compute" /
+    "compute_base": [s of each burst after a call / in the loops without], "series" / "series_ps": [[compute
+    end, each call's end] per repetition of a ring / Worker-Server series, on the one monotonic clock]}."""
     comm, group, n = CountingComm(ctx.rank), list(range(ctx.world)), ctx.world
     unit = _unit_burst()
     reps = max(4, 4 * repeats // n)  # more ranks than cores make every call slower: fewer of them
 
     bursts: dict[bool, list[float]] = {True: [], False: []}  # after calls?
-    # per repetition of a ring collective's series (and apart, a Worker-Server one's): [compute end, each call's end]
     series: dict[bool, list[list[float]]] = {False: [], True: []}  # Worker-Server?
-    issued: list[float] = []  # seconds the isend of each handoff right after computing held its rank
 
     def loop(collective, calls: int, marks: list | None = None) -> float:
         dist.barrier()
@@ -120,10 +95,8 @@ def pattern_worker(ctx, sizes: list[int], repeats: int, rounds: int = 5) -> dict
             unit()
             ends = [time.perf_counter()]
             bursts[bool(calls)].append(ends[0] - began)
-            for call in range(calls):
-                held = collective()
-                if call == 0 and isinstance(held, float):  # a handoff's isend
-                    issued.append(held)
+            for _ in range(calls):
+                collective()
                 ends.append(time.perf_counter())
             if marks is not None:
                 marks.append(ends)
@@ -131,7 +104,7 @@ def pattern_worker(ctx, sizes: list[int], repeats: int, rounds: int = 5) -> dict
         return (time.perf_counter() - start) / reps
 
     out = {"base": [], "compute": bursts[True], "compute_base": bursts[False], "series": series[False],
-           "series_ps": series[True], "issued": issued}
+           "series_ps": series[True]}
 
     def beyond_compute(collective, calls: int, marks: list | None) -> float:
         out["base"].append(loop(lambda: None, 0))
@@ -149,9 +122,7 @@ def pattern_worker(ctx, sizes: list[int], repeats: int, rounds: int = 5) -> dict
     loop(lambda: None, 0)  # warm-up
     bursts[False].clear()
     calls_of = {(op, size): caller(op, size) for op in PATTERN_OPS for size in sizes}
-    # every op and size once a round, the rounds one after another: each row's rounds spread over the whole
-    # pattern, not a second or two of it, as the cores' states last 0.25-6.5 s (a 2 MiB Worker-Server call
-    # after a unit took 1.3 ms in one state and 2.5 ms in the other, minutes apart)
+    # every op and size once a round: each row's rounds spread over the whole pattern, not a second of it
     for _ in range(rounds):
         for (op, size), call in calls_of.items():
             for calls in (1, SERIES):
@@ -163,41 +134,18 @@ def pattern_worker(ctx, sizes: list[int], repeats: int, rounds: int = 5) -> dict
 # units computed before a call in phase_worker's loops: one (what the wake is measured after) to a whole
 # data-parallel step (tiny-deep's 2-rank DDP step computes about 24 units' worth before its last call)
 PHASE_UNITS = (1, 4, 8, 16, 32)
-SHORT_PHASE = 3e-4  # seconds (alone) of a tensor-parallel piece's compute (short_calls.py's products)
-# phase_worker's short compute: the unit's forward once (0.35-0.45 ms alone: a tensor-parallel piece's), and twice,
-# as tp's calls rose 1.1-1.7 ms a ms from 0.4 to 0.7 ms of it; the kind of work tp's pieces are, their resume
-# included, where small matrix products pay none (docs/calibration.md, "The short loops compute what tp computes")
-# ... and "brief", the forward at micro-batch 1, near a forward piece's length: the cost rises faster than a
-# line over the first few tenths of a millisecond. {loop: (forwards, micro-batch)}
+# phase_worker's short computes, as long as tensor-parallel pieces: {loop: (forwards of the unit, micro-batch)}
 SHORT_LOOPS = {"brief": (1, 1), "short": (1, 2), "mid": (2, 2)}
-# repetitions of the short loop a round, and how many of its first are not kept: right after the long loops
-# and a barrier a call is slow for about five repetitions (2 ranks, 256 KiB: 2.2-2.4 ms, then 1.0-1.1 by the
-# sixth; caches cold after the time away from the calls, as the once-a-step units' are), where tp's calls
-# come one after another
+# repetitions of a short loop a round, and how many of its first are not kept (cold after the long loops)
 SHORT_REPS, SHORT_WARMUP = 60, 20
 
 
 def phase_worker(ctx, size: int, seconds: float = 8.0, repeats: int = 3, short_size: int | None = None) -> dict:
-    """How a call's cost grows with the compute before it: ``pattern_worker``'s unit computed each of
-    ``PHASE_UNITS`` times in a row, then one all-reduce of ``size`` bytes (the executor's ring), every
-    rank at once; the loops interleaved round by round against the machine's drift, rounds repeated
-    until ``seconds`` have passed. {"short": [...], "mid": [...], "1": [...], ...}: per repetition [compute
-    start, compute end, call end] on the machine's one monotonic clock (``phase_cost``). The growth
-    flattens: at 2 ranks the call cost 2.5 / 3.4 / 3.6 / 4.5 / 4.7 ms after 1.2 / 4.4 / 8.3 / 16 / 24 ms of
-    compute (a line through the first and third points priced the last 6.0 ms), as the ranks' lag behind
-    each other grows like a random walk's (0.5 / 1.2 / 1.3 / 1.7 / 2.0 ms), hence several lengths, spanning
-    a step's. With more ranks than
-    cores the scheduler hands the cores out in time slices, unevenly, so the ranks leave a long phase
-    further apart and the call waits for the slowest: at 4 ranks on 2 cores a DDP step's ranks reached
-    its all-reduce 4-17 ms apart. At 2 ranks they drift apart while their cores run at different speeds:
-    each vCPU of the development VM flips between a fast and a slow state for 0.25-6.5 s at a time
-    ; seconds of rounds average the states.
-    "brief", "short" and "mid" (``SHORT_LOOPS``): the unit's forward once at micro-batch 1, once and twice at
-    ``BURST_UNIT``'s, then one all-reduce of ``short_size`` bytes (``size`` if None), as tensor parallelism's
-    pieces and calls follow each other ([start, compute end, call end]), ``SHORT_REPS`` a round, the first
-    ``SHORT_WARMUP`` not kept (cold after the long loops). A call after a short compute costs less than after a
-    unit: at 2 ranks a 4 KiB all-reduce cost 0.9 ms back to back, 0.8 after 0.1 ms of compute
-    (products), 1.7 after 0.3, 2.4 after 0.6, 2.8 after 1.1 and 3.2 after the unit (2.1 ms), mean of 150."""
+    """How a call's cost grows with the compute before it (the ranks' lag behind each other grows with it):
+    the unit computed ``PHASE_UNITS`` times in a row, then one ring all-reduce of ``size`` bytes; and the short
+    loops (``SHORT_LOOPS``: tensor-parallel pieces' computes), then one of ``short_size``. Every rank at once,
+    the loops interleaved round by round until ``seconds`` have passed. {loop: [[compute start, compute end,
+    call end] per repetition]} on the machine's one monotonic clock (``phase_cost``)."""
     comm, group = CountingComm(ctx.rank), list(range(ctx.world))
     unit = _unit_burst()
     flat = torch.zeros(max(size // 4, ctx.world))
@@ -234,9 +182,8 @@ def phase_worker(ctx, size: int, seconds: float = 8.0, repeats: int = 3, short_s
 
 
 def phase_cost(marks_by_rank: list[list[list[float]]]) -> tuple[float, float]:
-    """(seconds of compute, seconds of the call after it) from ``phase_worker``'s marks of one loop kind
-    (every rank's list, repetition by repetition): each the mean over ranks, as the simulator's one
-    compute end and one call stand for all of theirs, then over repetitions."""
+    """(seconds of compute, seconds of the call after it) from ``phase_worker``'s marks of one loop (every rank's
+    list): each the mean over ranks, then over repetitions."""
     phases, calls = [], []
     for marks in zip(*marks_by_rank):
         phases.append(statistics.fmean(m[1] - m[0] for m in marks))
@@ -244,29 +191,20 @@ def phase_cost(marks_by_rank: list[list[list[float]]]) -> tuple[float, float]:
     return statistics.fmean(phases), statistics.fmean(calls)
 
 
-def _handoff(comm: CountingComm, tensor: torch.Tensor, rank: int, world: int) -> float:
-    """What a pipeline stage does between two computes: ``isend`` on to the next rank (the executor's
-    own call, waited on later), a blocking receive from the one behind. Returns how long the ``isend``
-    call itself held the rank: it wakes threads (gloo's, the peer's) that may take the rank's core, for
-    up to a scheduler tick (2 ranks: 0.18 ms median, 0.77 ms mean, p90 4.5 ms; 0.89 and 1.76 ms mean at 4
-    and 8 ranks, 4 KiB), time the sender spends in no compute and no wait."""
-    began = time.perf_counter()
+def _handoff(comm: CountingComm, tensor: torch.Tensor, rank: int, world: int) -> None:
+    """What a pipeline stage does between two computes: ``isend`` on to the next rank, a blocking receive
+    from the one behind (the executor's own calls)."""
     request = comm.isend(tensor, (rank + 1) % world)
-    held = time.perf_counter() - began
     comm.recv(torch.empty_like(tensor), (rank - 1) % world)
     request.wait()
-    return held
 
 
 BURST_UNIT = ("tiny-deep", 2)  # _unit_burst's model and micro-batch: its layer is a row of compute_worker's
 
 
 def _unit_burst(backward: bool = True, batch: int | None = None):
-    """The compute of ``pattern_worker``: a tiny-deep layer's forward and backward at micro-batch 2
-    (what a step computes per unit; a short no-grad forward alone reads a larger slowdown, 1.7x
-    against 1.3x at 2 ranks, as part of the slowdown is a fixed cost of resuming after a call). Without
-    ``backward``: its forward alone (autograd recording, as the executor's), a third of it. ``batch``: another
-    micro-batch than ``BURST_UNIT``'s."""
+    """The benchmarks' unit of compute: a tiny-deep layer's forward and backward at micro-batch 2, as a step
+    computes a unit; without ``backward`` its forward alone (autograd recording, as the executor's)."""
     name, batch = BURST_UNIT[0], batch or BURST_UNIT[1]
     spec = model(name)
     layer = build_model(spec).units[1]

@@ -1,10 +1,5 @@
-"""The units' compute as the executor performs it, on one rank (``compute_worker``), each model and
-micro-batch timed in visits taken in turns.
-
-Why in visits: a shared VM's cores can flip between a fast and a slow state for seconds at a time. Timed
-config after config, each model and batch would draw its own states; visited in turns, every row is timed
-across the whole pass and the rows share its mixture of states.
-"""
+"""The units' compute as the executor performs it, on one rank, each model and micro-batch timed in visits
+taken in turns (a machine's speed drifts: visited in turns, the rows share the pass's mixture of states)."""
 
 from __future__ import annotations
 
@@ -73,23 +68,11 @@ class _Config:
 
 
 def compute_worker(ctx, models: list[str], batches: list[int], precision: str, repeats: int) -> list[dict]:
-    """Forward and backward time of each kind of unit, with the FLOPs the simulator prices it at, as
-    the executor itself performs them: its own step (RankExecutor) on one rank under DDP, so nothing
-    is communicated, each unit's ops timed by its recorder; at least ``repeats`` timed steps of each
-    model and batch, in visits taken in turns (``TIMED_PER_VISIT`` timed steps after one warm-up step;
-    two on the first visit, whose first samples memory). A unit benchmarked apart from the executor
-    misses what the executor does around each op (slicing the batch, keeping inputs for backward, the
-    loss; 0.1 ms per op on the development VM) and splits forward and backward differently. The
-    optimizer's step op (Adam over the whole model: ``step_s`` for ``params``) is timed here too, for
-    the same reason: after the backward has filled the caches with other data, and with the executor's
-    gradient flattening around it, it took 1.0 ms for tiny's 119 K parameters where Adam stepping the
-    same tensor again and again (``host_worker``) took 0.33 ms. So is its
-    gradients' all-reduce op, which on one rank communicates nothing: ``reduce_s`` is the executor's
-    own handling of the data around any data-parallel collective (``tensors`` parameter tensors
-    concatenated into one buffer, scaled, and each gradient re-pointed into it); ``gather_s`` what
-    ZeRO-1/2's all-gather does instead and ``scatter_s`` what ZeRO-2's reduce-scatter does, timed right
-    after each step (``handling``), as is ``accumulate_s``, what a later micro-batch's backward pays to add
-    its gradients into the held ones; ``timed_steps`` how many steps were timed."""
+    """Rows of each unit kind's forward and backward seconds (with the FLOPs the simulator prices), the step op
+    (``step_s``), and the handling of the data (``reduce_s``: the one-rank all-reduce op; ``gather_s``,
+    ``scatter_s``, ``accumulate_s``: handling.py), timed in the executor's own step on one rank under DDP:
+    a unit benchmarked apart would miss what the executor does around each op. At least ``repeats`` timed
+    steps of each model and batch."""
     configs = [_Config(ctx, name, b, precision) for name in models for b in batches]
     try:
         for visit in range(-(-repeats // TIMED_PER_VISIT)):

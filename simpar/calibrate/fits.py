@@ -1,12 +1,7 @@
-"""The fits and prices of the calibration's rows, apart from the profile they go into (profile.py).
-
-A unit's forward or backward takes ``overhead[kind] + flops / rate`` (per phase, least squares of the relative
-error; the overhead is the framework's per-op cost, which dominates small models on a CPU, and depends on how
-many kernels the unit launches: an embedding few, a transformer layer dozens); a collective of k ring steps
-moving s bytes each costs ``k (alpha + s / bandwidth)``, and the first one after computing ``wake`` more; a
-line through timings disturbed by the scheduler is a Theil-Sen line; the executor's own work (the handling
-of a collective's data, the optimizer step) is a line per tensor and per element or parameter.
-"""
+"""The fits of the calibration's rows. A unit's forward or backward takes ``overhead[kind] + flops / rate``
+(the overhead is the framework's per-op cost, which dominates small models on a CPU); a collective of k ring
+steps of s bytes ``k (alpha + s / bandwidth)``, the first after computing ``wake`` more; the executor's own
+work (a collective's data handled, the optimizer step) a line per tensor and per element or parameter."""
 
 from __future__ import annotations
 
@@ -21,9 +16,8 @@ SERIES = 4  # calls in a row after a unit's compute in pattern_worker's series (
 
 
 def fit_line(xs, ys) -> tuple[float, float]:
-    """(intercept, slope) of a Theil-Sen line (the median of the pairwise slopes, then the median
-    intercept): a few timings disturbed by the scheduler do not tilt it, as they would a least-squares
-    fit. Both are kept non-negative."""
+    """(intercept, slope) of a Theil-Sen line, both non-negative: a few timings disturbed by the scheduler do
+    not tilt it, as they would a least-squares fit."""
     xs, ys = np.asarray(xs, dtype=float), np.asarray(ys, dtype=float)
     pairs = [(ys[j] - ys[i]) / (xs[j] - xs[i]) for i in range(len(xs)) for j in range(i + 1, len(xs))
              if xs[j] != xs[i]]
@@ -37,13 +31,9 @@ def fit_line(xs, ys) -> tuple[float, float]:
 
 
 def fit_unit_costs(rows: list[dict], phase: str, extras: tuple[str, ...] = ()) -> tuple[list[float], dict]:
-    """([overhead of an embedding, a layer, a head, FLOP/s], {extra: seconds per one of it}) fitted to ``rows``
-    (kind, flops, seconds, and each of ``extras``: "scores", a layer's attention scores, batch x heads x seq^2;
-    0 where a row lacks it) by least squares on the relative error (each row weighted by 1 / its seconds: the
-    units a step sums span 0.1 to 4 ms and are judged by their relative error) with non-negative terms. The
-    overhead is the framework's per-op cost, which dominates small models on a CPU; the scores term the CPU
-    attention kernel's work per score, whatever the head's size (a layer of 8 heads of 8 takes 9-20 % longer
-    backward than one of 4 heads of 16 with the same FLOPs)."""
+    """([overhead of an embedding, a layer, a head, FLOP/s], {extra: seconds per one}) fitted to ``rows`` by
+    least squares of the relative error (units span 0.1 to 4 ms), non-negative. ``extras``: "scores", a
+    layer's attention scores (batch x heads x seq^2: the CPU attention kernel's work per score)."""
     design = np.array([[r["unit"] == k for k in UNIT_KINDS] + [r.get(extra, 0) for extra in extras]
                        + [r[f"{phase}_flops"]] for r in rows], dtype=float)
     coefficients = _nonnegative_fit(design, np.array([r[f"{phase}_s"] for r in rows]))
@@ -54,8 +44,8 @@ def fit_unit_costs(rows: list[dict], phase: str, extras: tuple[str, ...] = ()) -
 
 
 def _nonnegative_fit(design: np.ndarray, seconds: np.ndarray) -> np.ndarray:
-    """Least squares of the relative error with every term but the last (the FLOPs') non-negative: one
-    that fits below zero is fixed at zero and the rest refitted without it."""
+    """Least squares of the relative error, every term but the last (the FLOPs') non-negative: one that fits
+    below zero is fixed at zero and the rest refitted."""
     weight = 1.0 / np.maximum(seconds, 1e-9)  # relative error; a zero timing (none in practice) stays finite
     free = list(range(design.shape[1]))
     while True:
@@ -68,26 +58,21 @@ def _nonnegative_fit(design: np.ndarray, seconds: np.ndarray) -> np.ndarray:
 
 
 def step_bytes(op: str, size: int, world: int) -> float:
-    """Bytes one step of a call of ``size`` bytes (fp32, at least one element a rank) moves: a ring step
-    1/world of the buffer; a handoff or a Worker-Server leg the whole of it."""
+    """Bytes one step of a call of ``size`` bytes moves: a ring step 1/world of it, a handoff or a Worker-Server
+    leg the whole."""
     return max(size // 4, world) * 4 / (1 if op in ("handoff", "psreduce") else world)
 
 
 def ring_price(op: str, size: int, world: int, alpha: float, bandwidth: float) -> float:
-    """Seconds a fitted ring (``alpha`` per step, ``bandwidth`` bytes/s) prices one ``op`` of ``size`` bytes
-    at ``world`` ranks, as ``fit_collective_costs`` fits it: its steps, each a latency and its bytes."""
+    """Seconds a fitted ring (``alpha`` per step, ``bandwidth`` bytes/s) prices one ``op`` of ``size`` bytes."""
     return ring_steps(op, world) * (alpha + step_bytes(op, size, world) / bandwidth)
 
 
 def fit_collective_costs(rows: list[dict], wake: float | None = None) -> tuple[float, float, float, float, float]:
-    """(wake seconds, handoff wake seconds, per-step seconds, bytes/s, the handoff's per-step seconds: the ring's)
-    of ``seconds = wake[op] + calls x steps (alpha + step_bytes / bandwidth)`` (a compute burst, then ``calls``
-    collectives of ``steps`` ring steps in a row, or ``calls`` pipeline handoffs of one step each) fitted to
-    ``rows`` by least squares: one step latency and bandwidth for both (a handoff is one exchange with a
-    neighbour, as a ring step is), a wake of their own (a collective's first call waits for the slowest of its
-    whole group to finish computing, a handoff for one neighbour). A collective ``wake`` measured apart
-    (``series_wake``) is taken as given. A term that fits below zero (noise) is fixed at zero and the others
-    refitted; a handoff wake without handoff rows is 0."""
+    """(wake, handoff wake, per-step seconds, bytes/s, the handoff's per-step seconds) of ``seconds = wake[op] +
+    calls x steps (alpha + step_bytes / bandwidth)`` fitted to ``pattern_rows``: one step latency and bandwidth
+    for collectives and handoffs, a wake each (a collective waits for its whole group, a handoff for one
+    neighbour). A ``wake`` measured apart (``series_wake``) is taken as given; terms below zero are fixed at 0."""
     def steps(row: dict) -> int:  # ring steps (or handoffs) a row's calls take in all
         return row.get("calls", 1) * row["steps"]
 
@@ -102,8 +87,7 @@ def fit_collective_costs(rows: list[dict], wake: float | None = None) -> tuple[f
 
 
 def _nonnegative(design: np.ndarray, seconds: np.ndarray) -> list[float]:
-    """Least-squares coefficients of ``design`` for ``seconds``, a column that fits below zero (noise) fixed at
-    zero and the others refitted, and columns of zeros left at zero."""
+    """Least-squares coefficients, a column that fits below zero fixed at zero (and the rest refitted)."""
     free = [i for i in range(design.shape[1]) if design[:, i].any()]
     while True:
         coefficients = np.zeros(design.shape[1])
@@ -117,7 +101,7 @@ def _nonnegative(design: np.ndarray, seconds: np.ndarray) -> list[float]:
 
 def fit_compute(alone: list[dict]) -> tuple[dict, list[float], list[float]]:
     """({phase: unit costs}, [forward, backward] seconds per attention score, the optimizer step [seconds,
-    params/s]) fitted to ``average_passes``' rows (``fit_unit_costs``, ``fit_optimizer_step``)."""
+    params/s]) fitted to ``average_passes``' rows."""
     compute, scores = {}, []
     for phase in ("fwd", "bwd"):
         compute[phase], fitted = fit_unit_costs(alone, phase, ("scores",))
@@ -126,17 +110,15 @@ def fit_compute(alone: list[dict]) -> tuple[dict, list[float], list[float]]:
 
 
 def fit_handling(alone: list[dict]) -> dict[str, list[float]]:
-    """{kind: [seconds per parameter tensor, seconds per parameter]} of the executor's handling of a data-parallel
-    call's data: "" an all-reduce's (``fit_tensor_work``), and ZeRO's ways (``fit_sharded_work``)."""
+    """{kind: [seconds per parameter tensor, per parameter]} of the executor's handling of a data-parallel call's
+    data: "" an all-reduce's, and ZeRO's ways (``fit_sharded_work``)."""
     return {"": fit_tensor_work(alone), **fit_sharded_work(alone)}
 
 
 def fit_tensor_work(alone: list[dict], key: str = "reduce_s") -> list[float]:
-    """[seconds per parameter tensor, seconds per parameter] of the executor's handling of the data around a
-    data-parallel collective: one-rank all-reduce ops (no communication; ``key``: another op's handling,
-    ``fit_sharded_work``) of models with different numbers of tensors and parameters, least squares
-    through the origin (a term that fits below zero is left out and the other refitted); [] for rows from
-    before it was timed."""
+    """[seconds per parameter tensor, per parameter] of the one-rank all-reduce op (``key``: another op's
+    handling) over models of different tensors and parameters, least squares through the origin, a term
+    below zero left out; [] for rows without ``key``."""
     rows = list({(row["model"], row["batch"]): row for row in alone if key in row}.values())
     if len({(row["tensors"], row["params"]) for row in rows}) < 2:
         return []
@@ -151,19 +133,16 @@ def fit_tensor_work(alone: list[dict], key: str = "reduce_s") -> list[float]:
 
 
 def fit_sharded_work(alone: list[dict]) -> dict[str, list[float]]:
-    """{"gather": ..., "scatter": ..., "accumulate": ...} as ``fit_tensor_work`` for ZeRO-1/2's all-gather of
-    parameters held whole (a copy out of the gathered buffer into each: ``handling.time_gather``), ZeRO-2's
-    handling of its gradients around the reduce-scatter (concatenated, then dropped: ``handling.time_scatter``)
-    and a later micro-batch's gradients added into the held ones (``handling.time_accumulate``); a kind is
-    left out for rows from before it was timed."""
+    """{"gather", "scatter", "accumulate": ``fit_tensor_work``} of the handling of ZeRO's calls and of a later
+    micro-batch's gradients (handling.py)."""
     fits = {kind: fit_tensor_work(alone, f"{kind}_s") for kind in ("gather", "scatter", "accumulate")}
     # a cost fitted at or below zero is noise (accumulate_s is a difference of two timings): left out
     return {kind: fit for kind, fit in fits.items() if fit and min(fit) >= 0 < sum(fit)}
 
 
 def fit_optimizer_step(alone: list[dict]) -> list[float]:
-    """[overhead s, params/s] of the executor's Adam step op, a line through (parameters, seconds) of the
-    calibrated models (the batch does not change the step); [] for a flat fit or a single size."""
+    """[overhead s, params/s] of the executor's Adam step op, a line through the models' (parameters, seconds);
+    [] for a flat fit or a single size."""
     rows = {(row["model"], row["batch"]): row for row in alone if "step_s" in row}
     if len({row["params"] for row in rows.values()}) < 2:
         return []
@@ -173,11 +152,9 @@ def fit_optimizer_step(alone: list[dict]) -> list[float]:
 
 
 def series_wake(series_by_rank: list[list[list[float]]]) -> float:
-    """What the first of a series of calls after computing pays beyond each call after it, from
-    ``pattern_worker``'s timestamps (every rank's list of [compute end, each call's end], repetition by
-    repetition): per repetition, the first call's time averaged over the ranks less the mean of the calls
-    after it; the mean over repetitions. Paired inside each repetition, it does not move with the machine's
-    drift; it holds both the wait for the slowest rank and a slow first call."""
+    """What the first of a series of calls after computing pays beyond each call after it (``pattern_worker``'s
+    series): per repetition, the first call averaged over the ranks less the mean of the later ones; the mean
+    over repetitions (paired inside each, so the machine's drift cancels)."""
     extra = []
     for marks in zip(*series_by_rank):  # one repetition, every rank
         calls = [statistics.fmean(m[i + 1] - m[i] for m in marks) for i in range(len(marks[0]) - 1)]

@@ -1,7 +1,5 @@
-"""Micro-benchmarks of a pipeline's point-to-point traffic, run as ``launch`` workers: how its stages
-hand activations on, in the two orders 1F1B meets (``relay_worker``: the receive waits for the send;
-``late_worker``: the send waits for the receive). Both use the executor's own ``isend`` and blocking
-``recv`` (``CountingComm``) and ``pattern_worker``'s unit of compute."""
+"""Micro-benchmarks of a pipeline's point-to-point traffic in the two orders 1F1B meets (``relay_worker``: the
+receive waits for the send; ``late_worker``: the send for the receive), with the executor's own calls."""
 
 from __future__ import annotations
 
@@ -17,11 +15,9 @@ LATE_SIZES = (2**12, 2**16)  # bytes: 4 KiB, and a small-model activation at mic
 
 
 def relay_worker(ctx, laps: int) -> dict:
-    """A pipeline's turn-taking: a token relayed round the ranks (receive from the rank behind, compute,
-    ``isend`` on), one rank computing at a time. Each rank computes the unit right after its receive,
-    then once more: {"after": [s], "again": [s]}; their difference is what a compute right after a
-    blocking receive pays, measured where ``pattern_worker``'s all-at-once compute (every rank sharing the
-    cores, a slowdown several times larger than the effect at 4 and 8 ranks) cannot see it."""
+    """A token relayed round the ranks (receive, compute, ``isend`` on), one rank computing at a time, each
+    computing the unit right after its receive and once more: {"after": [s], "again": [s]}; the difference is
+    what a compute right after a blocking receive pays."""
     comm, rank, n = CountingComm(ctx.rank), ctx.rank, ctx.world
     unit, token = _unit_burst(), torch.zeros(1024)
     after, again = [], []
@@ -46,13 +42,9 @@ def relay_worker(ctx, laps: int) -> dict:
 
 
 def late_worker(ctx, laps: int, sizes: tuple[int, ...] = LATE_SIZES) -> dict:
-    """A receive posted after its send, the sender computing: the order in which a 1F1B stage most
-    often meets its neighbour's activations (sent as soon as computed, received once the stage is done
-    with its own work). gloo moves a message only once both ends have posted it: the sender's
-    ``isend`` announces it, the receiver's ``recv`` answers, and the sender's gloo thread, on a core its
-    own rank is computing on, writes the data. Ranks pair up (0-1, 2-3, ...; an odd one out computes
-    alone) and swap roles lap by lap; every rank computes at once. {str(bytes): [seconds of each late
-    receive]} (``_late_laps``)."""
+    """A receive posted after its send while the sender computes (how a 1F1B stage most often meets its
+    neighbour's activations; gloo moves the data only once both ends have posted, from a thread on the busy
+    sender's core). Ranks pair up and swap roles lap by lap. {str(bytes): [seconds of each late receive]}."""
     comm, rank, n = CountingComm(ctx.rank), ctx.rank, ctx.world
     unit, partner = _unit_burst(), rank ^ 1
     for _ in range(3):
@@ -72,9 +64,8 @@ def late_worker(ctx, laps: int, sizes: tuple[int, ...] = LATE_SIZES) -> dict:
 
 
 def _late_laps(comm: CountingComm, rank: int, partner: int, unit, laps: int, sizes: tuple[int, ...]) -> dict:
-    """One pair's late receives, roles swapped lap by lap: the sender ``isend``s, computes the unit twice,
-    then waits on the send; the receiver computes the unit once, then posts its receive, timed, so the
-    receive is posted while the sender computes. {str(bytes): [seconds of each late receive]}."""
+    """One pair's late receives: the sender ``isend``s, computes twice, waits; the receiver computes once, then
+    posts its receive, timed."""
     out: dict[str, list[float]] = {}
     for size in sizes:
         message, took = torch.zeros(max(size // 4, 1)), []
@@ -96,10 +87,8 @@ def _late_laps(comm: CountingComm, rank: int, partner: int, unit, laps: int, siz
 
 
 def late_recv_cost(late_by_rank: list[dict], bytes_per_s: float) -> float:
-    """Seconds a late receive takes beyond moving its bytes, from every rank's ``late_worker`` record:
-    the mean over sizes of each size's mean receive less its bytes at ``bytes_per_s`` (the ring step's
-    bandwidth); the mean, not the median, as a step pays the tail too (now and then a scheduler tick: the
-    sender's gloo thread waits for a core its rank computes on). 0 without records."""
+    """Seconds a late receive takes beyond its bytes at ``bytes_per_s``: the mean over sizes of each size's mean
+    (not the median: a step pays the tail too); 0 without records."""
     per_size = []
     for size in late_by_rank[0] if late_by_rank else ():
         seconds = [t for rank in late_by_rank for t in rank.get(size, [])]

@@ -26,7 +26,7 @@ from simpar.real.cpu_profile import rank_processes
 from simpar.topologies.graph import Topology
 
 if TYPE_CHECKING:
-    from simpar.calibrate.gpu_profile import GPUProfile
+    from simpar.costs.gpu_profile import GPUProfile
 
 VERSION = 23
 PHASE_SIZE = 2**18  # bytes of the all-reduce after the calibration's long computes (phase_worker)
@@ -88,7 +88,7 @@ class HardwareProfile:
             with open(path) as handle:
                 data = json.load(handle)
             if isinstance(data, dict) and data.get("kind") == "gpu":  # simpar calibrate --backend nccl
-                from simpar.calibrate.gpu_profile import GPUProfile
+                from simpar.costs.gpu_profile import GPUProfile
 
                 return GPUProfile.from_dict(data, path)
             if data.get("version") != VERSION:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import sys
@@ -17,49 +16,6 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str):
         raise SimparError(f"{message} (see '{self.prog} --help')")
-
-
-def add_json_flag(parser: argparse.ArgumentParser, what: str = "the result") -> None:
-    parser.add_argument("--json", metavar="PATH|-", help=f"write {what} as JSON ('-': stdout, nothing else)")
-
-
-def add_cluster_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--cluster", metavar="PATH",
-                        help="a cluster file (YAML or JSON, docs/clusters.md) instead of --topology; 'simpar "
-                             "topologies --show NAME' prints a preset as one to start from")
-    parser.add_argument("--device", help="swap the topology's GPU for this preset (see 'simpar devices'), e.g. h200")
-
-
-def cluster_choice(args, default_topology: str, default_gpus: int) -> tuple[str, int]:
-    """(preset name or cluster file, GPUs) from --topology, --cluster and --gpus; with a cluster file
-    --gpus defaults to all of its GPUs."""
-    from simpar import units
-    from simpar.topologies.cluster_file import is_cluster_file, load
-
-    cluster = getattr(args, "cluster", None)
-    if cluster is not None and getattr(args, "topology", None) is not None:
-        raise SimparError("--cluster: a cluster file is the whole topology; leave --topology out")
-    if cluster is not None:
-        gpus = load(cluster).gpus if args.gpus is None else units.positive_int(args.gpus, "--gpus")
-        return cluster, gpus
-    topology = (args.topology or default_topology).strip()
-    return topology if is_cluster_file(topology) else topology.lower(), \
-        units.positive_int(default_gpus if args.gpus is None else args.gpus, "--gpus")
-
-
-def write_json(data, destination: str) -> bool:
-    """``-`` prints to stdout; anything else is a file path. Returns True when the JSON went to
-    stdout, i.e. the command should print nothing more."""
-    text = json.dumps(data, indent=2)
-    if destination == "-":
-        print(text)
-        return True
-    try:
-        with open(destination, "w") as handle:
-            handle.write(text + "\n")
-    except OSError as exc:
-        raise SimparError(f"--json: cannot write {destination!r}: {exc.strerror}") from None
-    return False
 
 
 def build_parser() -> argparse.ArgumentParser:

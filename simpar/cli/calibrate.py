@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from simpar import units
-from simpar.cli import add_json_flag, write_json
+from simpar.cli.common import add_json_flag, write_json
 from simpar.errors import SimparError
 
 
@@ -124,7 +124,8 @@ def _save_and_show(profile, args, precision: str, what: str = "") -> int:
 
 
 def run_gpu(args) -> int:
-    from simpar.calibrate import calibrate_gpu, gpu_default_path
+    from simpar.calibrate import gpu_default_path
+    from simpar.costs.gpu_profile import calibrate_gpu
     from simpar.devices.presets import GPUS
 
     if args.gpu is not None and args.gpu not in GPUS:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from simpar import devices, topologies, units
-from simpar.cli import add_json_flag, write_json
+from simpar.cli.common import add_json_flag, write_json
 from simpar.errors import SimparError
 from simpar.topologies.cluster_file import dump, parse
 

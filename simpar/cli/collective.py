@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from simpar import topologies, units
-from simpar.cli import add_cluster_flags, add_json_flag, cluster_choice, write_json
+from simpar.cli.common import add_cluster_flags, add_json_flag, cluster_choice, write_json
 from simpar.collective_run import CollectiveResult, simulate_collective
 from simpar.collectives import OPS, normalize
 from simpar.errors import SimparError

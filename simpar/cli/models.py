@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from simpar import units
-from simpar.cli import add_json_flag, write_json
+from simpar.cli.common import add_json_flag, write_json
 from simpar.errors import SimparError
 from simpar.memory import SHARDING, largest_module, model_states
 from simpar.models import PRESETS, model

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from simpar.cli import add_cluster_flags, cluster_choice
+from simpar.cli.common import add_cluster_flags, cluster_choice
 from simpar.errors import SimparError
 
 

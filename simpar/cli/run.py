@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import os
-from dataclasses import asdict
 
 from simpar import units
-from simpar.cli import add_cluster_flags, add_json_flag, cluster_choice, write_json
+from simpar.cli.common import (add_cluster_flags, add_json_flag, cluster_choice, is_gpu_profile, scenario_json,
+                               write_figures, write_json)
 from simpar.errors import SimparError
 from simpar.deepspeed import load as load_deepspeed
 from simpar.deepspeed import read_config
@@ -20,7 +19,6 @@ from simpar.scenario import (
     make_scenario,
 )
 from simpar.sim import PARTS, SimResult, build_topology, simulate
-from simpar.strategies import build_plan
 from simpar.topologies import PRESETS as TOPOLOGIES
 from simpar.train import OPTIMIZERS, PRECISIONS
 
@@ -115,16 +113,6 @@ def register(sub) -> None:
     p.set_defaults(handler=run)
 
 
-def is_gpu_profile(path: str) -> bool:
-    """Whether ``path`` is a GPU profile (simpar calibrate --backend nccl); unreadable files are left
-    for the profile loader to report."""
-    try:
-        with open(path) as handle:
-            return json.load(handle).get("kind") == "gpu"
-    except (OSError, ValueError, AttributeError):
-        return False
-
-
 def _optional_int(value, flag):
     return None if value is None else units.positive_int(value, flag)
 
@@ -182,12 +170,6 @@ def scenario_and_notes(args) -> tuple[Scenario, list[str]]:
         recompute=args.recompute.strip().lower(), flash_attention=args.flash_attention,
         sequence_parallel=args.sequence_parallel, tp_comm_overlap=args.tp_comm_overlap, **options)
     return scenario, notes
-
-
-def scenario_json(scenario: Scenario) -> dict:
-    return {"model": scenario.model.name, "params": scenario.model.params, "train": asdict(scenario.train),
-            "strategy": asdict(scenario.strategy), "cluster": asdict(scenario.cluster),
-            "microbatches": scenario.microbatches}
 
 
 def _check_writable(path: str | None, flag: str) -> None:
@@ -248,23 +230,6 @@ def on_fast_path(scenario: Scenario, topology) -> bool:
     """Whether ``simpar run`` prices the scenario on the fast path by default: a pipeline or tensor-parallel plan
     on GPUs (CPU ranks sharing cores need the events: sim/cores.py)."""
     return scenario.strategy.name in FAST_STRATEGIES and (topology is None or topology.core_slowdown is None)
-
-
-def write_figures(args, scenario: Scenario, result: dict) -> list[str]:
-    """--trace and --plot of ``result`` (scenario, sim with every timeline, real); what was written."""
-    wrote = []
-    if args.trace:
-        from simpar.trace import build_trace, write_trace
-
-        title = f"{scenario.strategy.name} on {scenario.cluster.gpus} GPUs: {scenario.model.name}"
-        write_trace(args.trace, build_trace(build_plan(scenario), result["sim"], result.get("real"), title))
-        wrote.append(f"trace: {args.trace} (open it in https://ui.perfetto.dev or chrome://tracing)")
-    if args.plot:
-        from simpar.plots import save_figure  # imports matplotlib: only when asked
-
-        save_figure(result, args.plot)
-        wrote.append(f"figure: {args.plot}")
-    return wrote
 
 
 def print_result(scenario: Scenario, result: SimResult) -> None:

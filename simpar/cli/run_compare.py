@@ -3,19 +3,15 @@ with one process per rank, and print both side by side with relative errors."""
 
 from __future__ import annotations
 
-import os
 import sys
-from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
 from simpar import units
-from simpar.cli import write_json
-from simpar.calibrate import calibrate, default_path, quick_worlds
-from simpar.calibrate.profile import VERSION, HardwareProfile
 from simpar.flops import utilisation
-from simpar.cli.run import is_gpu_profile, scenario_json, write_figures
+from simpar.cli.common import loss_summary, scenario_json, write_figures, write_json
+from simpar.cli.machine import machine_topology
 from simpar.errors import SimparError
 from simpar.plan import OP_CLASSES
 from simpar.real.compare import MEMORY_ROWS, comparison, run_real
@@ -64,42 +60,6 @@ def run_and_compare(args, scenario: Scenario, notes: list[str] = ()) -> int:
     return report(args, scenario, real, backend, list(notes), beside)
 
 
-def machine_topology(args, scenario: Scenario):
-    """The machine the ranks run on: --hardware, else this machine's cached profile (``simpar calibrate``'s, or
-    a quick one measured now, about half a minute, and cached for the next run); with a line saying which."""
-    world, precision = scenario.cluster.gpus, scenario.train.precision
-    path = args.hardware or str(default_path(precision))
-    if is_gpu_profile(path):
-        raise SimparError("--hardware: a GPU profile prices simulated GPU clusters; --compare-real runs these "
-                          "ranks on this machine's CPU and needs a CPU profile (simpar calibrate) or none")
-    if args.hardware is None and not usable(path, world):
-        worlds = quick_worlds(world)
-        print(f"no profile of this machine for {world} ranks yet: measuring it ({', '.join(map(str, worlds))} ranks, "
-              f"about half a minute; 'simpar calibrate' takes the full one)", file=sys.stderr)
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        with tqdm(total=len(worlds) + 2, desc="calibrating", unit="stage", file=sys.stderr, disable=None) as bar:
-            calibrate(precision, worlds, quick=True, progress=lambda message: bar.update()).save(path)
-    profile = HardwareProfile.load(path)
-    kind = "a quick calibration" if profile.machine.get("quick") else "simpar calibrate"
-    note = f"the simulator priced this run with the hardware profile {path} ({kind}: micro-benchmarks of this machine)"
-    return profile.topology(world, precision), note
-
-
-def usable(path: str, world: int) -> bool:
-    """Whether the cached profile at ``path`` is of this simpar and measured the ranks a run of ``world`` needs
-    (the largest it measured covers larger worlds where the ranks outnumber the cores)."""
-    import json
-
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return False
-    if not isinstance(data, dict) or data.get("version") != VERSION:
-        return False
-    measured = [int(w) for w in data.get("ring", {})]
-    return bool(measured) and (world in measured or max(measured) >= min(world, 2 * (os.cpu_count() or 1)))
-
-
 def report(args, scenario: Scenario, real: dict, backend: str, notes: list[str], beside: dict | None = None) -> int:
     """Simulate the scenario on this machine's profile and print (or write) it beside ``real``."""
     topology, note = machine_topology(args, scenario)
@@ -134,14 +94,6 @@ def _percent(error: float | None) -> str:
 def _line(label: str, row: dict, show, extra: str = "") -> str:
     real = "not counted" if row["real"] is None else show(row["real"])
     return f"  {label:<22}{show(row['sim']):>12}{real:>12}{_percent(row['error']):>10}  {extra}".rstrip()
-
-
-def loss_summary(losses: list[float], shown: int = 3) -> str:
-    """The losses of a run for one line: all of a short run, the first and last ``shown`` of a long one
-    (``validate``-length runs take hundreds of steps)."""
-    if len(losses) <= 2 * shown + 1:
-        return ", ".join(f"{x:.4f}" for x in losses)
-    return ", ".join(f"{x:.4f}" for x in losses[:shown]) + ", ..., " + ", ".join(f"{x:.4f}" for x in losses[-shown:])
 
 
 def print_comparison(scenario: Scenario, result: dict, backend: str) -> None:

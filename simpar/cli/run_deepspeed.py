@@ -32,7 +32,7 @@ def _error(sim: float, real: float) -> float | None:
 def deepspeed_beside(args, scenario: Scenario, losses: list[float], steps: int, seed: int, timeout: float,
                      against: str = "simpar's executor") -> dict:
     """DeepSpeed's run and the simulation with DeepSpeed's habits; ``losses`` (``against``'s) to hold it to."""
-    from simpar.cli.run_compare import machine_topology
+    from simpar.cli.machine import machine_topology
 
     config = load(args.deepspeed)
     train = scenario.train
@@ -70,8 +70,7 @@ def deepspeed_beside(args, scenario: Scenario, losses: list[float], steps: int, 
 def deepspeed_alone(args, scenario: Scenario, steps: int, seed: int, timeout: float, notes: list[str]) -> int:
     """A config simpar's executor cannot perform (offload_param): DeepSpeed beside the simulation only, its
     losses held to one process training on the whole batch."""
-    from simpar.cli import write_json
-    from simpar.cli.run import scenario_json
+    from simpar.cli.common import scenario_json, write_json
     from simpar.real.executor import single_process
 
     reference = single_process(scenario, steps, seed)["losses"]
@@ -88,7 +87,7 @@ def deepspeed_alone(args, scenario: Scenario, steps: int, seed: int, timeout: fl
 
 
 def print_beside(beside: dict, executor: dict | None) -> None:
-    from simpar.cli.run_compare import loss_summary
+    from simpar.cli.common import loss_summary
 
     real, c = beside["real"], beside["comparison"]
     print(f"\nDeepSpeed itself on the same ranks (losses {loss_summary(real['losses'])}; "

@@ -10,7 +10,7 @@ from collections import Counter
 from tqdm import tqdm
 
 from simpar import units
-from simpar.cli import add_cluster_flags, add_json_flag, cluster_choice, write_json
+from simpar.cli.common import add_cluster_flags, add_json_flag, cluster_choice, write_json
 from simpar.errors import SimparError
 from simpar.models import resolve_model
 from simpar.search import DATA_PARALLEL, Search, ranked, run_search

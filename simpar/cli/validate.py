@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from simpar import units
-from simpar.cli import add_json_flag, write_json
+from simpar.cli.common import add_json_flag, write_json
 from simpar.cli.calibrate import parse_worlds
 from simpar.errors import SimparError
 

@@ -44,11 +44,8 @@ def measured_step_time(step_times_by_rank: list[list[float]]) -> float:
     freely (one rank's step ends in it, the next rank's begins with it): pp at 2 ranks, 150 steps, 34.69 ms
     against 34.13 / 34.14 ms per rank. The mean, not the median: a run takes the sum of its steps (its
     throughput is steps over that sum), and the simulator prices a step's expected time, its calibrated
-    costs means with their stalls included. On the development VM step times are skewed by
-    multi-millisecond stalls (ZeRO-3 at 2 ranks, one launch: 154-368 ms a step, median 183, mean 218),
-    and the median of the steps had read a run faster than it ran (six launches of 12 steps, 2026-11-25:
-    ZeRO-3 211 ms by the median, 232 by the mean; tp 153 against 164; the data-parallel family within
-    1.5 %)."""
+    costs means with their stalls included (CPU step times are skewed by multi-millisecond stalls: the
+    median would read a run faster than it ran)."""
     return max(statistics.fmean(times[1:] if len(times) > 1 else times) for times in step_times_by_rank)
 
 

@@ -12,7 +12,6 @@ what a rank measures (op times, bytes per memory and category) is recorded as it
 
 from __future__ import annotations
 
-import time
 from collections import defaultdict
 from contextlib import nullcontext
 

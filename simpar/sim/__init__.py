@@ -59,9 +59,8 @@ def build_topology(scenario: Scenario) -> Topology:
 def _tail_wait(sim, prog, pi: int, step_time: float) -> float:
     """The step's time left after a program's last op, where the program's first timed op is a pipeline
     receive (a later stage): steps run back to back, so that stage waits out the step's tail in the next
-    step's first receive, and the executor times it there (pp at 2 ranks on the development VM, 2026-11-28:
-    the second stage's first receive priced 5.2 ms and measured 12.8, its tail of 7.5 ms after the step's
-    last send); 0 for any other program, whose step begins with its own work."""
+    step's first receive, and the executor times it there; 0 for any other program, whose step begins with
+    its own work."""
     first = next((op for op in prog.ops if op_class(op)), None)
     if not isinstance(first, Recv):
         return 0.0

@@ -4,7 +4,6 @@ Shared by the SimPy simulator and the fixed-duration evaluator (sim/fast.py)."""
 
 from __future__ import annotations
 
-import math
 from collections import Counter, defaultdict
 
 from simpar.collectives.ring import ring_steps

@@ -1,6 +1,7 @@
 """A measured GPU profile: ``simpar calibrate --backend nccl`` fits its micro-benchmarks into the
 preset's own form (``costs.gpu.KernelModel``, and NCCL's achieved bus bandwidth), so a simulated
-cluster of that GPU is priced with what this machine measured instead of the preset's constants.
+cluster of that GPU is priced with what this machine measured instead of the preset's constants
+(``calibrate_gpu``; the micro-benchmarks are gpu_bench.py).
 
 Fits, each in the model's own terms:
 - streaming kernels: ``seconds = kernel_overhead + bytes / (hbm_efficiency x datasheet bandwidth)``:
@@ -146,3 +147,41 @@ class GPUProfile:
         busbw = self.nccl.get("busbw_largest")
         if busbw and self.nccl.get("world", 1) > 1:
             topology.set_efficiency("nvlink", lambda rate: min(1.0, busbw / rate))
+
+
+def calibrate_gpu(preset: str | None = None, timeout: float = 600.0, progress=None):
+    """Measure this machine's CUDA GPU (and NCCL across its GPUs) and fit a GPUProfile."""
+    import torch
+
+    import platform
+
+    from simpar.costs import gpu_bench
+    from simpar.real.launch import launch
+
+    say = progress or (lambda message: None)
+    if not torch.cuda.is_available():
+        raise SimparError("--backend nccl: no CUDA GPU is visible on this machine (torch.cuda.is_available() "
+                          "is False); calibrate CPU ranks with --backend gloo")
+    props = torch.cuda.get_device_properties(0)
+    preset = preset or preset_for(props.name, props.total_memory)
+    if preset not in GPUS:
+        raise SimparError(f"--gpu: cannot tell which datasheet {props.name!r} is; name one of {', '.join(GPUS)}")
+    machine = {"host": platform.node(), "torch": torch.__version__, "name": props.name, "sms": props.multi_processor_count,
+               "memory_bytes": props.total_memory, "l2_bytes": getattr(props, "L2_cache_size", 0),
+               "cuda": torch.version.cuda, "gpus": torch.cuda.device_count(),
+               "eager_kernel_interval_s": gpu_bench.eager_interval()}
+    gemms = gpu_bench.megatron_gemms()
+    say(f"{len(gemms)} GEMM shapes of Megatron layers on {props.name}")
+    gemm_rows = gpu_bench.gemm_seconds(gemms)
+    say("streaming kernels by size")
+    stream_rows = gpu_bench.stream_seconds()
+    world = torch.cuda.device_count()
+    if world > 1:
+        say(f"NCCL all-reduce by size over {world} GPUs")
+        ranks = launch(gpu_bench.allreduce_worker, world, (), backend="nccl", timeout=timeout)
+        rows = [{"bytes": r["bytes"], "seconds": max(rank[i]["seconds"] for rank in ranks)}
+                for i, r in enumerate(ranks[0])]
+        nccl = fit_allreduce(rows, world)
+    else:
+        nccl = {"skipped": f"one GPU visible ({props.name}): NCCL collectives need two or more"}
+    return fit_profile(machine, preset, gemm_rows, stream_rows, nccl)

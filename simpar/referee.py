@@ -2,7 +2,7 @@
 
 A case's measured figure is the median of its runs, and its price comes from the calibrations taken among
 them. On the development VM both are draws of a machine whose speed drifts over tens of seconds to minutes
-(one-rank compute passes of 12 s, back to back, ranged 55-72 ms for the same work: docs/calibration.md),
+(one-rank compute passes of 12 s, back to back, ranged 55-72 ms for the same work),
 so even a model without any error is judged off by the runs' noise, and priced off by the calibrations'.
 This module reads both off a validate's own numbers and says what they allow:
 

@@ -84,8 +84,7 @@ def run_cases(profile, pairs: list[tuple[str, int]], precision: str, steps: int,
               repeats: int = 1, progress=None, after=None, seconds: float = 0.0,
               after_round=None, record: dict | None = None) -> list[dict]:
     """Every (strategy, ranks) case of ``pairs``, ``repeats`` real runs each, in rounds (every case once,
-    then every case again): this machine's speed drifts by tens of percent over minutes
-    (docs/calibration.md), and rounds spread a drift over every case instead of loading it on one.
+    then every case again): this machine's speed drifts by tens of percent over minutes, and rounds spread a drift over every case instead of loading it on one.
     ``after_round(index, last)``, if given, is called after each round (``Recalibrations.after_round``:
     a calibration then); ``after(profile)``, if given, once the runs are done, returns the profile to
     price them with (``Recalibrations.priced``: a profile of the runs' window).

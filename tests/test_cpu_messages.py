@@ -172,7 +172,7 @@ def test_a_call_after_a_short_compute_is_priced_at_what_the_short_loop_measured(
 def test_a_call_after_no_compute_is_anchored_at_the_back_to_back_pace():
     """The step latency is fitted on a series of calls after a unit's compute and carries its stalls; a call
     after no compute goes at the back-to-back pace (tensor-parallel calls after short pieces cost less than
-    their steps at the step latency, docs/calibration.md). So the short computes' curve starts from the
+    their steps at the step latency). So the short computes' curve starts from the
     back-to-back ring's price of the short loops' all-reduce less the step's, not from nothing: where ranks fit
     the cores and the profile has the back-to-back fit; older profiles and more ranks than cores as before."""
     from simpar.calibrate.profile import SHORT_SIZE

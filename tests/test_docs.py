@@ -31,10 +31,10 @@ SMOKE = {
     # minutes of real runs or calibration on 2 cores: the same commands, smaller
     "simpar run --strategy zero2 --gpus 16 --compare-real": "simpar run --strategy zero2 --gpus 2 --compare-real",
     "simpar calibrate": "simpar calibrate --gpus 2 --repeats 1 --out cal.json",
-    "simpar validate --out validation.md":
+    "simpar validate --repeats 3":
         "simpar calibrate --gpus 2 --repeats 1 --out cal.json && simpar validate --gpus 2 --strategies ddp "
-        "--steps 2 --hardware cal.json --calibrate-after none --out validation.md",
-    "simpar run --strategy zero3 --gpus 8 --hardware ~/.cache/simpar/hardware-HOST-fp32.json":
+        "--steps 2 --seconds 0 --repeats 2 --hardware cal.json --calibrate-after none --out validation.md",
+    "simpar run --strategy zero3 --gpus 8 --hardware ~/.cache/simpar/hardware-HOST-torchVERSION-fp32.json":
         "simpar calibrate --gpus 2 --repeats 1 --out cal.json && simpar run --strategy zero3 --gpus 8 "
         "--hardware cal.json",
     "simpar search --model gpt3-175b --gpus 1024 --topology dgx-a100 --top 5":
@@ -42,10 +42,10 @@ SMOKE = {
     # a second machine: the one-machine form above it in the same page runs instead
     "torchrun --nnodes 2 --nproc-per-node 8 --rdzv-backend c10d --rdzv-endpoint HOST:29500 -m simpar.real.torchrun "
     "--strategy zero2 --gpus 16": None,
-    # opens a server until stopped (tests/test_course_packaging.py starts and stops it)
+    # opens a server until stopped (tests/test_course_packaging.py runs and ends one)
     "simpar lessons": "simpar lessons --copy-only --dir course",
 }
-SLOW = ("--compare-real", "calibrate", "validate", "torchrun", "pytest", "gpt3-175b", "search")
+SLOW = ("--compare-real", "calibrate", "validate", "torchrun", "pytest", "gpt3-175b", "search", "ablation")
 # (the --engine deepspeed command needs the deepspeed extra; CI installs it, and the docs test runs it there)
 
 

@@ -7,7 +7,7 @@ from dataclasses import fields, replace
 
 from simpar.calibrate.profile import HardwareProfile
 
-# the fitted terms (docs/calibration.md, "The terms"); the units' compute and the ring step are the model's base
+# the fitted terms (docs/calibration.md, "The CPU model"); the units' compute and the ring step are the model's base
 TERMS = ("optimizer_step", "attention_scores", "handling", "wake", "wake_curve", "wake_short", "later_steps",
          "resume", "resume_after_recv", "handoff", "late_recv", "worker_server")
 

@@ -1,6 +1,6 @@
 """A calibrated CPU profile: what the micro-benchmarks measured, fitted into the terms the simulator prices the
 executor's gloo ranks with, saved as JSON and turned back into a topology. Each term, what it models and how it
-is measured, is in docs/calibration.md ("The terms"); ``benchmarks/ablation.py`` shows each one earns its place.
+is measured, is in docs/calibration.md ("The CPU model"); ``benchmarks/ablation.py`` shows each one earns its place.
 
 Compute is one rank alone (the simulator shares the cores among the ranks computing at each moment:
 sim/cores.py, k ranks on c cores at max(1, k / c) each). Terms measured per world size are read at the world

@@ -269,7 +269,7 @@ class RankExecutor:
         not the Plan's traffic). Summed after each step, it was a collective the Plan does not have inside
         the timed loop: it set the ranks off into the next step a wake-up apart (at 2 ranks up to a 4 ms
         tick), and in pp the first stage's first send after it landed 1.1 ms after its isend on average
-        against 0.2-0.5 ms for the step's other sends (docs/calibration.md)."""
+        against 0.2-0.5 ms for the step's other sends."""
         total = torch.tensor(local, dtype=torch.float64, device=self.device)
         torch.distributed.all_reduce(total)
         return [float(t) / (self.plan.grid.dp * self.plan.grid.tp) for t in total]  # every TP rank holds the loss

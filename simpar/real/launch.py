@@ -71,8 +71,7 @@ class RankContext:
 
     def _set(self, label: str) -> None:
         # through a byte view: a ctypes slice assignment, item by item, took 6.6 us, twice an op, and at 2 ranks
-        # the executor's tp step (96 ops) ran 13-18 % slower than its pieces and calls bare with it, 2-12 %
-        # after (docs/calibration.md, twenty-third stop)
+        # slowed the executor's tp step (96 ops) by 13-18 % against its pieces and calls bare
         data = label.encode()[:_OP_CHARS - 1] + b"\0"  # the reader stops at the first NUL
         start = self.rank * _OP_CHARS
         self._view[start:start + len(data)] = data

@@ -2,7 +2,7 @@
 
     python benchmarks/compare_real.py [--strategy zero2] [--gpus 16] [--repeat 1]
 
-Target (issue 4): under 2 minutes on a 2-core machine (16 gloo ranks on 2 cores, tiny-deep model,
+Target: under 2 minutes on a 2-core machine (16 gloo ranks on 2 cores, tiny-deep model,
 3 steps). Prints the wall time of each run, as a user would see it (a fresh process: Python and
 torch start-up, simulation, spawning the ranks, the steps, teardown), and the measured and
 simulated step times it reported.

@@ -1,4 +1,4 @@
-"""How long each lesson notebook takes to run top to bottom (target, issue 7: under 3 minutes each
+"""How long each lesson notebook takes to run top to bottom (target: under 3 minutes each
 on the 2-core machine).
 
     python benchmarks/lessons_time.py [lessons/03_zero.ipynb ...]

@@ -2,7 +2,7 @@
 
     python benchmarks/search_speed.py [--model llama2-13b] [--gpus 64] [--topology dgx-a100] [--jobs 1,2]
 
-Target (issue 6): at least 1,000 configurations per minute on this 2-core machine for
+Target: at least 1,000 configurations per minute on this 2-core machine for
 ``simpar search --model llama2-13b --gpus 64 --topology dgx-a100 --memory-cap 80e9``. Prints, per
 number of processes: layouts, wall time, layouts per minute, how many fit (simulated), how many
 were over the cap (their Plans built and walked, not simulated), and how many step times were

@@ -2,7 +2,7 @@
 
     python benchmarks/table1_speed.py [--rows 1,10] [--file validation/published.json]
 
-Target (issue 14): every row in at most 5 s of wall time on the 2-core development machine, the
+Target: every row in at most 5 s of wall time on the 2-core development machine, the
 1T / 3,072-GPU row included. Each row is one step of the paper's layout as ``simpar validate
 --published`` prices it (micro-batch counts extrapolated once the pipeline is full); prints GPUs,
 layout, micro-batches, wall time, and the simulated TFLOP/s per GPU beside the paper's.

@@ -2,7 +2,7 @@
 
     python benchmarks/zero3_scale.py [--model gpt3-175b] [--topology dgx-a100] [--gpus 64,256,1024]
 
-Target (issue 3): one ZeRO-3 step of gpt3-175b on 1,024 GPUs of dgx-a100 in at most 2 s of wall
+Target: one ZeRO-3 step of gpt3-175b on 1,024 GPUs of dgx-a100 in at most 2 s of wall
 time on a 2-core machine. Prints wall time (topology build, plan build, simulation) against GPU
 count, then against layer count at the largest GPU count, with the simulated step time.
 Full activation recomputation keeps gpt3-175b within 80 GB per GPU.

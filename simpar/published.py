@@ -25,7 +25,7 @@ from simpar.flops import model_flops
 from simpar.models import ModelSpec
 from simpar.plan import Compute
 from simpar.scenario import make_scenario
-from simpar.search import extrapolate, extrapolation_points
+from simpar.sim.extrapolate import extrapolate, extrapolation_points
 from simpar.sim import fast
 from simpar.sim.runner import Simulator
 from simpar.strategies import build_plan

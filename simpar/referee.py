@@ -17,7 +17,7 @@ This module reads both off a validate's own numbers and says what they allow:
 - ``repeats_for``: the fewest runs a case (one calibration a round, as ``--calibrate-after rounds`` takes)
   whose ``priced_chance`` reaches ``CONFIDENT``, up to ``MAX_REPEATS``.
 
-``whole`` asks the same of the whole window against the goal of every world size at once (issue 16's
+``whole`` asks the same of the whole window against the goal of every world size at once (a
 ``validate --repeats 3`` over 2, 4 and 8 ranks): the median |error| over all the cases within 10 %, and
 every case within 15 % or its own run-to-run spread, whichever is larger (the spread drawn with the runs).
 
@@ -31,8 +31,8 @@ import math
 
 import numpy as np
 
-GOAL = (0.10, 0.05)  # every case within 10 %, the median within 5 %: the 2-rank goal of issue 16
-# every case within max(15 %, its spread), the median within 10 %: issue 16's goal over 2, 4 and 8 ranks
+GOAL = (0.10, 0.05)  # every case within 10 %, the median within 5 %: the goal at 2 ranks
+# every case within max(15 %, its spread), the median within 10 %: the goal over 2, 4 and 8 ranks
 WHOLE_GOAL = (0.15, 0.10)
 CONFIDENT = 0.9
 MAX_REPEATS = 15

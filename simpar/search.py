@@ -17,6 +17,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
 from simpar import topologies
+from simpar.sim.extrapolate import extrapolate, extrapolation_points
 from simpar.errors import SimparError
 from simpar.models import ModelSpec
 from simpar.scenario import make_scenario
@@ -87,21 +88,6 @@ def candidates(model: ModelSpec, gpus: int, global_batch: int, gpus_per_machine:
                     if pp > 1 and m % pp == 0 and model.layers % (2 * pp) == 0:
                         out.append(Candidate("3d", dp, pp, tp, mb, recompute, "interleaved", 2))
     return out
-
-
-def extrapolation_points(m: int, base: int, period: int = 1) -> list[int]:
-    """Micro-batch counts to simulate for a step of ``m``: ``base`` (the pipeline's depth, 1 without
-    one; by then every stage is busy) and one ``period`` more (1 micro-batch; an interleaved schedule
-    repeats every ``base``), or m itself when that is no longer."""
-    return [base, base + period] if m > base + period else [m]
-
-
-def extrapolate(times: list[float], points: list[int], m: int) -> float:
-    """The step time at ``m`` micro-batches from the times at ``points``: once the pipeline is full
-    each period more adds the same work on the slowest stage, so the time is affine in m."""
-    if len(times) == 1:
-        return times[0]
-    return times[1] + (m - points[1]) * (times[1] - times[0]) / (points[1] - points[0])
 
 
 class Search:

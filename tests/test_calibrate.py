@@ -351,3 +351,22 @@ def test_a_compute_right_after_a_pipeline_receive_pays_its_own_resume():
                 last = op
     assert sum(costs.resume(pi, op) == 7e-4 for pi, p in enumerate(plan.programs) for op in p.ops) == 8
 
+
+
+def test_a_world_beyond_the_largest_measured_reads_its_latencies_by_the_ranks_per_core():
+    """Tables per world size read at the nearest measured world (on a log scale); beyond the largest, where the
+    ranks outnumber the cores, a latency grows with the ranks per core (each call waits out every rank's time
+    slice) and a bandwidth stays; where they fit the cores, nothing is scaled."""
+    profile = _profile()  # 2 cores; rings measured at 2 and 4 ranks
+    profile.wake, profile.handoff = {"2": 1e-3, "4": 2e-3}, {"2": 1e-4, "4": 3e-4}
+    profile.worker_server = {"4": [1e-3, 2e-4, 1e9]}
+    assert profile.ring_step(4) == (1e-3, 1e9) and profile.ring_step(2) == (50e-6, 2e9)
+    assert profile.ring_step(16) == pytest.approx((4e-3, 1e9))  # 16 / 4: four times the ranks per core
+    sixteen = profile.topology(16, "fp32")
+    assert sixteen.wake_latency == pytest.approx(8e-3) and sixteen.handoff_latency == pytest.approx(1.2e-3)
+    assert sixteen.worker_server_wake == pytest.approx(4e-3)
+    assert sixteen.worker_server_leg == pytest.approx((8e-4, 1e9))
+    assert profile.topology(3, "fp32").wake_latency == pytest.approx(2e-3)  # nearest: 4 (log 3 is nearer 4)
+    wide = _profile()
+    wide.machine = dict(wide.machine, cores=16)  # 16 cores: 16 ranks fit, read at 4 as measured
+    assert wide.ring_step(16) == (1e-3, 1e9)

@@ -85,3 +85,10 @@ def test_bad_input_is_one_line_naming_the_problem_and_exit_2(cli, args, field):
 def test_no_command_prints_help_and_fails(cli):
     out = cli()
     assert out.returncode == 2 and "collective" in out.stderr
+
+
+def test_version_prints_the_package_version(cli):
+    from simpar import __version__
+
+    result = cli("--version")
+    assert result.returncode == 0 and result.stdout.strip() == f"simpar {__version__}"

@@ -97,7 +97,7 @@ def test_fast_path_declines_memory_where_streams_interleave_allocations():
 
 @pytest.mark.parametrize("pp,dp,tp,schedule,v,topology", LAYOUTS[::3])
 def test_simulate_fast_reports_what_the_full_simulation_does(pp, dp, tp, schedule, v, topology):
-    """simpar run --fast: the same report (bytes and memory exactly, times within 0.5 %)."""
+    """simpar run's fast path: the same report (bytes and memory exactly, times within 0.5 %)."""
     scenario = make_scenario(GPT, "3d", pp * dp * tp, pp=pp, dp=dp, tp=tp, schedule=schedule, virtual_stages=v,
                              microbatches=2 * pp, topology=topology, recompute="full")
     full, quick = simulate(scenario, check_oom=False), simulate(scenario, check_oom=False, fast=True)
@@ -112,5 +112,40 @@ def test_simulate_fast_reports_what_the_full_simulation_does(pp, dp, tp, schedul
 def test_simulate_fast_declines_plans_that_allocate_on_several_streams():
     from simpar.errors import SimparError
 
-    with pytest.raises(SimparError, match="--fast"):
+    with pytest.raises(SimparError, match="the fast path: zero3 allocates memory on several streams"):
         simulate(make_scenario(GPT, "zero3", 8, topology="dgx-a100"), fast=True)
+
+
+EXTRAPOLATED = [(4, 2, 1, "1f1b", 1, 13), (4, 1, 2, "gpipe", 1, 10), (2, 2, 2, "interleaved", 2, 9),
+                (8, 1, 1, "1f1b", 1, 20)]
+
+
+@pytest.mark.parametrize("pp,dp,tp,schedule,v,m", EXTRAPOLATED)
+def test_a_long_pipeline_extrapolated_from_two_short_ones_is_its_fast_step(pp, dp, tp, schedule, v, m):
+    """``simulate(fast=True, extrapolate=True)`` (simpar run's default for pp, tp and 3d) prices m micro-batches
+    from two short steps: the same step time and breakdown as the fast path at m (affine once the pipeline is
+    full), the same bytes per rank and per link, the same peak memory."""
+    scenario = make_scenario(GPT, "3d", pp * dp * tp, pp=pp, dp=dp, tp=tp, schedule=schedule, virtual_stages=v,
+                             microbatches=m, topology="dgx-a100", recompute="full")
+    whole = simulate(scenario, check_oom=False, fast=True)
+    short = simulate(scenario, check_oom=False, fast=True, extrapolate=True)
+    assert any("micro-batches priced from" in note for note in short.notes)
+    assert short.step_time_s == pytest.approx(whole.step_time_s, rel=1e-9)
+    for part, seconds in whole.breakdown.items():
+        assert short.breakdown[part] == pytest.approx(seconds, rel=1e-9, abs=1e-12), part
+    for a, b in zip(short.ranks, whole.ranks):
+        assert (a["bytes_sent"], a["bytes_received"], a["memory"]) == (b["bytes_sent"], b["bytes_received"], b["memory"])
+    assert short.links == whole.links
+
+
+def test_simpar_run_prices_pipelines_on_the_fast_path_and_exact_on_the_events(cli):
+    """The plain command prices a 3D plan from two short steps; --exact simulates every micro-batch as events."""
+    import json
+
+    args = ("run", "--strategy", "3d", "--gpus", "16", "--pp", "4", "--tp", "2", "--model", "gpt2-large",
+            "--microbatches", "12", "--json", "-")
+    quick, exact = (json.loads(cli(*args, *extra).stdout)["sim"] for extra in ((), ("--exact",)))
+    assert any("micro-batches priced from 4 and 5" in note for note in quick["notes"])
+    assert not any("priced from" in note for note in exact["notes"])
+    assert quick["step_time_s"] == pytest.approx(exact["step_time_s"], rel=5e-3)
+    assert [r["bytes_sent"] for r in quick["ranks"]] == [r["bytes_sent"] for r in exact["ranks"]]

@@ -34,7 +34,7 @@ RING_SIZES = [2**k for k in range(12, 22)]  # 4 KiB to 2 MiB
 PATTERN_SIZES = [2**12, 2**18, 2**21]  # 4 KiB to 2 MiB: a TP activation to a DDP bucket
 PHASE_SECONDS = 12.0  # phase_worker's loops at the default 10 repeats: seconds average the cores' states
 OPTIMIZER_PARAMS = [2**14, 2**18, 2**20]
-MIN_PASSES = 3  # one-rank compute passes a calibration takes at least (one per world size and one before)
+MIN_PASSES = 3  # one-rank compute passes a calibration takes at least (one before and between the world sizes)
 QUICK_REPEATS, QUICK_ROUNDS = 2, 2
 
 
@@ -146,10 +146,10 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
     passes.append(first["compute"])
     host = first["host"]
     measured = {}
-    for world in worlds:
+    for index, world in enumerate(worlds):
         say(f"{world} ranks at once: collectives and pipeline messages after computing")
         measured[str(world)] = measure_world(world, precision, repeats, timeout, QUICK_ROUNDS if quick else 5)
-        if not quick:
+        if not quick and index < len(worlds) - 1:  # compute passes spread between the worlds' measurements
             passes.append(compute_pass()["compute"])
     while len(passes) < (1 if quick else MIN_PASSES):
         passes.append(compute_pass()["compute"])

@@ -1,5 +1,6 @@
-"""A rough built-in profile of the CPU machine the executor runs on (gloo, one process per rank),
-so ``--compare-real`` has a machine to simulate before calibration measures the real one.
+"""The CPU machine the executor runs on (gloo, one process per rank) as a topology: ``rank_processes`` builds it
+from a calibrated profile's figures (calibrate/profile.py); ``cpu_topology`` from rough built-in ones, for the
+lessons, which compare bytes and memory rather than time.
 
 Each rank is a process with its own slice of the machine: when there are more ranks than cores
 they share the cores evenly (compute, memory bandwidth and the CPU's Adam all slow down by
@@ -24,9 +25,6 @@ CORE_ADAM_PARAMS_PER_S = 1e8  # torch's CPU Adam (foreach), one core
 LOOPBACK_BANDWIDTH = 2e9  # gloo over TCP on localhost, bytes/s per direction per process
 LOOPBACK_LATENCY = 50e-6  # per message, through the kernel's TCP stack
 MEMCPY_BANDWIDTH = 5e9  # an offload "copy" between two tensors in the same DRAM
-NOTE = ("the simulator priced this run with simpar's rough built-in CPU-host profile (100 GFLOP/s x 0.1 "
-        "per core, 2 GB/s and 50 us over loopback, cores shared by the ranks), not a calibrated one: "
-        "expect large time errors; bytes and model-state memory are exact")
 
 
 def _memory_bytes() -> int:

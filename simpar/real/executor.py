@@ -237,8 +237,8 @@ class RankExecutor:
         sequence parallelism: gather or scatter the sequence blocks); its continuation may leave the
         next one (the cross-entropy's maxima, then sums). The continuation (residual adds, a norm's
         backward) is timed apart from the call (``finishing``) and counted with the piece it completes, as
-        the simulator prices it (``tp_piece``, fitted on pieces timed with theirs: tp_bench.py); counted in
-        the call, tp's backward read 30-70 % short of its price and its collectives long, the step alike."""
+        the simulator prices it with the piece's compute; counted in the call, tp's backward read 30-70 %
+        short of its price and its collectives long, the step alike."""
         if op.payload == "sequence-parallel grads":
             return self._sequence_parallel_grads()
         reduction, self.reduction = self.reduction, None

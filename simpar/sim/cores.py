@@ -5,8 +5,8 @@ cores). How much slower each computes depends on how many compute *at that momen
 of a data-parallel step computes its forward at once, but a pipeline's stages take turns (warm-up,
 bubbles, stages waiting on a receive, which takes no core). So compute is processor sharing: a
 compute op is work (its seconds on a machine to itself), and while n ranks compute at once each
-progresses at 1 / slowdown(n) of a second per second, slowdown measured by ``simpar calibrate``
-with n ranks computing together (``burst_worker``). A Program standing for several identical
+progresses at 1 / slowdown(n) of a second per second, slowdown(n) = max(1, n / cores): the cores
+shared evenly (a calibrated profile's ``core_slowdown``). A Program standing for several identical
 ranks counts as that many.
 """
 

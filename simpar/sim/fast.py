@@ -160,18 +160,18 @@ def run(plan: Plan, scenario: Scenario, topology: Topology, network_cache: dict 
     return max((t for program in end for t in program), default=0.0), durations
 
 
+def allocates_on_one_stream(plan: Plan) -> bool:
+    """Whether every program allocates and frees on one stream only (every Megatron 3D plan: the compute
+    stream): then that stream's order is the order in time, and walking the ops in program order gives
+    exactly the simulated peaks; allocations on several streams (ZeRO-3's gather buffers) interleave by
+    their timing, which needs the full simulation."""
+    return all(len({op.stream for op in prog.ops if isinstance(op, (Alloc, Free))}) <= 1 for prog in plan.programs)
+
+
 def memory(plan: Plan) -> list[dict] | None:
-    """Each program's memory report (peak per category), or None where the fast path cannot say it.
-    When a program allocates and frees on one stream only (every Megatron 3D plan: the compute
-    stream), that stream's order is the order in time, so walking the ops in program order gives
-    exactly the simulated peaks; allocations on several streams (ZeRO-3's gather buffers) interleave
-    by their timing, which needs the full simulation."""
-    reports = []
-    for prog in plan.programs:
-        if len({op.stream for op in prog.ops if isinstance(op, (Alloc, Free))}) > 1:
-            return None
-        reports.append(walk(prog).report())
-    return reports
+    """Each program's memory report (peak per category), or None where the fast path cannot say it
+    (``allocates_on_one_stream``)."""
+    return [walk(prog).report() for prog in plan.programs] if allocates_on_one_stream(plan) else None
 
 
 class FastRun:
@@ -179,9 +179,9 @@ class FastRun:
     memory trackers (3D plans: see ``memory``) and the network's bytes per channel."""
 
     def __init__(self, plan: Plan, scenario: Scenario, topology: Topology, network_cache: dict | None = None):
-        if memory(plan) is None:
-            raise SimparError(f"--fast: {plan.strategy} allocates memory on several streams at once, whose "
-                              "order only the full simulation knows; leave --fast out")
+        if not allocates_on_one_stream(plan):
+            raise SimparError(f"the fast path: {plan.strategy} allocates memory on several streams at once, whose "
+                              "order only the full simulation knows (simulate it without fast=True)")
         self.plan, self.topology, self.scenario, self.network_cache = plan, topology, scenario, network_cache
         self.times = [[None] * len(p.ops) for p in plan.programs]
         self.memory = [MemoryTracker() for _ in plan.programs]

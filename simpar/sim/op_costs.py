@@ -19,7 +19,7 @@ from simpar.topologies.graph import Topology
 
 def moved_tensors(spec, op: Collective) -> int:
     """The parameter tensors a data-parallel collective's data holds: its modules' or its units' (the executor
-    handles each: ``OpCosts.handling``, and the calibration's series, ``calibrate/series.py``)."""
+    handles each: ``OpCosts.handling``)."""
     if op.modules:
         names = [name for name, _ in spec.unit_modules(spec.unit_kind(op.units[0]))]
         return sum(spec.module_tensors(names[m]) for m in op.modules)

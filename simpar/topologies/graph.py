@@ -78,16 +78,10 @@ class Topology:
         # receive computes slower for a while (a calibrated profile's resume; 0 elsewhere)
         self.resume_latency = 0.0
         self.resume_after_recv_latency = 0.0  # the same right after a pipeline receive (stages take turns)
-        # the fraction longer every compute after the first one after a call takes, up to the next call
-        # (calibrate/tail.py); 0: only the first pays (the resume)
-        self.resume_tail = 0.0
         # seconds a ring call's steps after its first pay, together, beyond their price when the call comes after a
         # compute of at least wake_phase, for the phase loops' all-reduce; a call of fewer steps its share
         # (calibrate/lag.py's later_steps); 0: none
         self.later_steps = 0.0
-        # (position, seconds): a collective from that position on in a series of calls after computing pays
-        # that much more per ring step (less where negative: calibrate/series.py); None: none
-        self.series_late: tuple[int, float] | None = None
         # (seconds per parameter tensor, per parameter) the executor spends handling the data of a data-parallel
         # collective (flattening the units' tensors, scaling, re-pointing each): Python on the rank's core
         self.tensor_work = (0.0, 0.0)
@@ -97,7 +91,7 @@ class Topology:
         # into those an earlier one left with (sim/accumulation.py; none where it is not here)
         self.sharded_work: dict[str, tuple[float, float]] = {}
         # CPU rank processes sharing a machine's cores: ranks computing at once -> how much slower each
-        # computes (a calibrated profile's slowdown; sim/cores.py); None: every device computes on its own
+        # computes (max(1, k / cores): sim/cores.py); None: every device computes on its own
         self.core_slowdown: dict[int, float] | None = None
         # with core_slowdown: ranks runnable at once -> a pipeline send's step latency and wake, as measured
         # with that many ranks in a call (a calibrated profile's ring and handoff by world size); a send
@@ -281,9 +275,8 @@ class Topology:
         for node in (src, dst):
             if node not in self.graph:
                 raise SimparError(f"topology {self.name}: no node named {node!r}")
-        adjacency = self._adjacency()
-        nodes = self.graph.nodes
-        machines = (nodes[src]["machine"], nodes[dst]["machine"], None)
+        adjacency, machine_of, kind_of = self._adjacency()
+        machines = set((machine_of[src], machine_of[dst], None))  # (the order the search always took)
         relays = ENDPOINT_KINDS - {"gpu"} if self.gpus_forward else ENDPOINT_KINDS
         best = {src: 0.0}
         previous: dict[str, str] = {}
@@ -293,16 +286,18 @@ class Topology:
             dist, _, u = heapq.heappop(heap)
             if u == dst:
                 break
-            if dist > best[u] or (u != src and nodes[u]["kind"] in relays):
+            if dist > best[u] or (u != src and kind_of[u] in relays):
                 continue
-            for machine in set(machines):
-                for v, cost, affinity in adjacency[u].get(machine, ()):
+            neighbours = adjacency[u]
+            for machine in machines:
+                for v, cost, affinity in neighbours.get(machine, ()):
                     if affinity and src not in affinity and dst not in affinity:
                         cost += _FOREIGN_NIC_PENALTY
-                    if dist + cost < best.get(v, math.inf):
-                        best[v] = dist + cost
+                    reached = dist + cost
+                    if reached < best.get(v, math.inf):
+                        best[v] = reached
                         previous[v] = u
-                        heapq.heappush(heap, (dist + cost, counter, v))
+                        heapq.heappush(heap, (reached, counter, v))
                         counter += 1
         if dst not in previous:
             raise SimparError(f"topology {self.name}: no route from {src} to {dst}")
@@ -312,15 +307,18 @@ class Topology:
         path.reverse()
         return tuple(self._channel_ids[(a, b)] for a, b in zip(path, path[1:]))
 
-    def _adjacency(self) -> dict[str, dict]:
-        """node -> machine -> [(neighbour, cost, neighbour's NIC affinity)], built once."""
+    def _adjacency(self) -> tuple[dict[str, dict], dict[str, int | None], dict[str, str]]:
+        """(node -> machine -> [(neighbour, cost, neighbour's NIC affinity)], node -> machine, node -> kind),
+        built once."""
         if self._adjacency_index is None:
+            nodes = self.graph.nodes
             index: dict[str, dict] = {u: {} for u in self.graph}
             for u, v, data in self.graph.edges(data=True):
                 for a, b in ((u, v), (v, u)):
-                    node = self.graph.nodes[b]
+                    node = nodes[b]
                     index[a].setdefault(node["machine"], []).append((b, data["cost"], node["affinity"]))
-            self._adjacency_index = index
+            self._adjacency_index = (index, {u: nodes[u]["machine"] for u in nodes},
+                                     {u: nodes[u]["kind"] for u in nodes})
         return self._adjacency_index
 
 

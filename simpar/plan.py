@@ -123,17 +123,16 @@ class Free(Op):
 OP_CLASSES = ("forward", "backward", "optimizer step", "collectives", "pipeline p2p", "offload copies")
 
 
+_COMPUTE_CLASS = {"fwd": "forward", "bwd": "backward", "step": "optimizer step"}
+_CLASS_OF_KIND = {Collective: "collectives", Send: "pipeline p2p", Recv: "pipeline p2p", Copy: "offload copies"}
+
+
 def op_class(op: Op) -> str | None:
     """The class an op's time is reported under (simulator and executor alike); None: takes no time."""
-    if isinstance(op, Compute):
-        return {"fwd": "forward", "bwd": "backward", "step": "optimizer step"}[op.phase]
-    if isinstance(op, Collective):
-        return "collectives"
-    if isinstance(op, (Send, Recv)):
-        return "pipeline p2p"
-    if isinstance(op, Copy):
-        return "offload copies"
-    return None
+    kind = type(op)
+    if kind is Compute:
+        return _COMPUTE_CLASS[op.phase]
+    return _CLASS_OF_KIND.get(kind)
 
 
 def op_label(op: Op) -> str:
@@ -164,7 +163,8 @@ class Program:
 
     def add(self, cls, stream: str, deps=(), **fields) -> int:
         op_id = len(self.ops)
-        self.ops.append(cls(id=op_id, stream=stream, deps=tuple(d for d in deps if d is not None), **fields))
+        deps = tuple(deps) if None not in deps else tuple(d for d in deps if d is not None)
+        self.ops.append(cls(id=op_id, stream=stream, deps=deps, **fields))
         return op_id
 
     def kept_bytes(self, category: str) -> int:
@@ -228,6 +228,11 @@ class Grid:
         """(pp stage, dp index, tp index) of a rank."""
         stage, rest = divmod(rank, self.dp * self.tp)
         return stage, rest // self.tp, rest % self.tp
+
+    def stage_ranks(self, stage: int) -> tuple[int, ...]:
+        """The ranks of a pipeline stage: a contiguous block (the stage is the slowest coordinate)."""
+        size = self.dp * self.tp
+        return tuple(range(stage * size, (stage + 1) * size))
 
     def rank(self, stage: int, dp_index: int, tp_index: int) -> int:
         return stage * self.dp * self.tp + dp_index * self.tp + tp_index

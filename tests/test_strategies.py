@@ -231,3 +231,11 @@ def test_progress_is_told_as_ops_complete():
     sim.run()
     total = sum(len(p.ops) for p in plan.programs)
     assert sim.ops_done == total and told == list(range(PROGRESS_EVERY, total + 1, PROGRESS_EVERY))
+
+
+def test_a_stage_is_the_ranks_whose_first_coordinate_it_is():
+    from simpar.plan import Grid
+
+    grid = Grid(dp=3, pp=4, tp=2)
+    for stage in range(4):
+        assert grid.stage_ranks(stage) == tuple(r for r in range(grid.world) if grid.coords(r)[0] == stage)

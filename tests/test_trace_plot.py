@@ -103,3 +103,10 @@ def test_compare_real_trace_has_real_ranks_beside_simulated(tmp_path, capsys):
     real_slices = sum(e["ph"] == "X" and REAL_PID <= e["pid"] < LINKS_PID for e in events)
     assert sim_slices == real_slices > 0  # the same ops, simulated and measured
     assert image.stat().st_size > 0
+
+
+def test_plot_help_names_every_panel():
+    from simpar.cli.plot import HELP_PANELS
+    from simpar.plots import PANELS
+
+    assert HELP_PANELS == ", ".join(PANELS)

@@ -8,9 +8,10 @@ from simpar.cli.common import add_cluster_flags, cluster_choice
 from simpar.errors import SimparError
 
 
-def register(sub) -> None:
-    from simpar.plots import PANELS
+HELP_PANELS = "timeline, memory, memory-time, links, compare"  # plots.PANELS (plots.py imports matplotlib)
 
+
+def register(sub) -> None:
     p = sub.add_parser("plot", help="draw a saved run (timeline, memory, traffic, sim vs real) or a cluster",
                        description="Draw what a 'simpar run --json FILE' result holds: the per-rank timeline "
                                    "(needs --op-timeline), memory per rank by category, memory over the step "
@@ -25,7 +26,7 @@ def register(sub) -> None:
     p.add_argument("--latency", help="ring/star only: per-hop latency in seconds")
     p.add_argument("--out", help="image to write (default simpar-run.png, or simpar-topology.png; the suffix "
                                  "picks the format: png, svg, pdf)")
-    p.add_argument("--panels", help=f"comma-separated, from {', '.join(PANELS)} (default: all the file has "
+    p.add_argument("--panels", help=f"comma-separated, from {HELP_PANELS} (default: all the file has "
                                     "data for)")
     p.set_defaults(handler=run)
 

@@ -210,7 +210,8 @@ def run(args) -> int:
     result = simulate(scenario, topology=topology, replay=not args.no_replay, record_links=bool(args.trace),
                       progress=True, fast=quick, extrapolate=quick)
     wrote = write_figures(args, scenario, {"scenario": scenario_json(scenario),
-                                           "sim": result.to_json(timeline=True, ops=True, links=True)})
+                                           "sim": result.to_json(timeline=True, ops=True, links=True)}) \
+        if args.trace or args.plot else []
     if args.json and write_json({"scenario": scenario_json(scenario), "inputs": notes,
                                 "sim": result.to_json(timeline=args.memory_timeline, ops=args.op_timeline)},
                                args.json):

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from tqdm import tqdm
 
 from simpar import topologies
+from simpar.errors import SimparError
 from simpar.flops import utilisation
 from simpar.plan import CATEGORIES, OP_CLASSES, Plan, Recv, op_class
 from simpar.scenario import Scenario
 from simpar.sim.breakdown import PARTS, program_breakdown
 from simpar.sim.memory_check import check_memory
 from simpar.sim.extrapolate import affine, points_for, with_microbatches
-from simpar.sim.fast import FastRun
+from simpar.sim.fast import FastRun, price_shared
 from simpar.sim.runner import Simulator
 from simpar.strategies import build_plan
 from simpar.topologies.graph import Topology
@@ -28,9 +31,16 @@ class SimResult:
     server: dict | None = None
     notes: list[str] = field(default_factory=list)
     memory_timeline: list[dict] = field(default_factory=list)  # per program: [(time, GPU bytes)]
-    op_timeline: list[dict] = field(default_factory=list)  # per program: every op's start and end
+    # per program: every op's start and end (or what makes it, called once when first read: most runs never read it)
+    ops_of: Callable[[], list[dict]] | list[dict] = field(default_factory=list, repr=False)
     link_timeline: list[dict] = field(default_factory=list)  # per channel: utilisation over time (record_links)
     flops: dict = field(default_factory=dict)  # model_flops_per_gpu_s, mfu, hfu (simpar.flops)
+
+    @property
+    def op_timeline(self) -> list[dict]:
+        if callable(self.ops_of):
+            self.ops_of = self.ops_of()
+        return self.ops_of
 
     def to_json(self, timeline: bool = False, ops: bool = False, links: bool = False) -> dict:
         data = {"step_time_s": self.step_time_s, **self.flops, "breakdown": self.breakdown, "ranks": self.ranks,
@@ -89,19 +99,93 @@ def simulate(scenario: Scenario, topology: Topology | None = None, plan: Plan | 
                          network_cache)
 
 
+class _forked:
+    """``work(peer)`` in a forked process while the caller goes on, ``peer`` its end of a duplex pipe to the caller
+    (``exchange``); ``result()`` waits for what it returned (its exception raised here), ``close()`` stops it if
+    it still runs."""
+
+    def __init__(self, work):
+        import multiprocessing
+
+        self.peer, theirs = multiprocessing.Pipe()
+
+        def run():
+            try:
+                result = ("result", work(theirs))
+            except BaseException as exc:  # noqa: BLE001 (handed to the caller, which raises it)
+                result = ("error", exc)
+            theirs.send(result)
+
+        self._process = multiprocessing.get_context("fork").Process(target=run, daemon=True)
+        self._process.start()
+
+    def receive(self, kind: str = "result"):
+        """The next message ``work`` sent of ``kind`` (its own ``(kind, value)`` tuples, or its result); an
+        error it raised is raised here."""
+        while not self.peer.poll(0.05):
+            if not self._process.is_alive() and not self.peer.poll(0):
+                raise SimparError(f"a simulation in a forked process ended without a result "
+                                  f"(exit code {self._process.exitcode})")
+        got, value = self.peer.recv()
+        if got == "error":
+            raise value
+        if got != kind:
+            raise SimparError(f"a simulation in a forked process sent {got} where {kind} was due")
+        return value
+
+    def result(self):
+        return self.receive("result")
+
+    def close(self) -> None:
+        if self._process.is_alive():
+            self._process.kill()
+        self._process.join()
+        self.peer.close()
+
+
 def _extrapolated(scenario: Scenario, topology: Topology, check_oom: bool, serial: bool, progress: bool) -> SimResult:
-    """The step at the scenario's micro-batches from the fast path at two shorter counts (sim/extrapolate.py)."""
+    """The step at the scenario's micro-batches from the fast path at two shorter counts (sim/extrapolate.py).
+    With two cores or more the shorter point runs in a forked process beside the longer one, each pricing half
+    of the network ops and handing them to the other (``fast.price_shared``)."""
     m, points = scenario.microbatches, points_for(scenario)
+
+    def point(k: int, cache: dict, bar: bool, exchange=None, mine: bool = True) -> SimResult:
+        at_k = with_microbatches(scenario, k)
+        plan = build_plan(at_k)
+        if exchange is not None:
+            price_shared(plan, at_k, topology, cache, mine, exchange)
+        return simulate(at_k, topology, plan=plan, check_oom=check_oom, serial=serial, progress=bar, fast=True,
+                        network_cache=cache)
+
+    def child(peer) -> dict:
+        def exchange(priced: dict) -> dict:  # the child sends first, then takes the parent's
+            peer.send(("priced", priced))
+            return peer.recv()
+        return point(points[0], {}, False, exchange, mine=True).to_json()
+
     shared: dict = {}  # the network ops of both points are the same: priced once
-    results = [simulate(with_microbatches(scenario, k), topology, check_oom=check_oom, serial=serial,
-                        progress=progress, fast=True, network_cache=shared) for k in points]
-    data = affine([r.to_json() for r in results], points, m)
+    beside = _forked(child) if (os.cpu_count() or 1) > 1 else None
+
+    def exchange(priced: dict) -> dict:  # the parent takes the child's, then sends its own
+        theirs = beside.receive("priced")
+        beside.peer.send(priced)
+        return theirs
+
+    try:
+        first = None if beside else point(points[0], shared, progress).to_json()
+        last = point(points[1], shared, progress, exchange if beside else None, mine=False)
+        first = beside.result() if beside else first
+    finally:
+        if beside:
+            beside.close()
+    results = [first, last.to_json()]
+    data = affine(results, points, m)
     gpu = topology.graph.nodes[topology.gpus[0]]["spec"]
     if check_oom and any(r["memory"]["peak"] > gpu.memory_bytes for r in data["ranks"]):
         check_memory(scenario, build_plan(scenario), gpu, topology)  # says which rank and category, and raises
     note = (f"{m} micro-batches priced from {points[0]} and {points[1]} (a full pipeline's step is affine in them: "
             f"sim/extrapolate.py); timelines are of {points[1]}")
-    return replace(results[-1], step_time_s=data["step_time_s"], breakdown=data["breakdown"], ranks=data["ranks"],
+    return replace(last, step_time_s=data["step_time_s"], breakdown=data["breakdown"], ranks=data["ranks"],
                    links=data["links"], server=data.get("server"), notes=data["notes"] + [note],
                    flops=utilisation(scenario, data["step_time_s"], topology))
 
@@ -129,9 +213,11 @@ def simulate_once(scenario: Scenario, topology: Topology, plan: Plan, replay: bo
         parts = program_breakdown(sim, pi, step_time)
         memory = sim.memory[pi].report()
         busy = dict.fromkeys(OP_CLASSES, 0.0)  # seconds each class of op ran (streams may overlap)
+        times = sim.times[pi]
         for op in prog.ops:
-            if op_class(op):
-                busy[op_class(op)] += sim.times[pi][op.id][2] - sim.times[pi][op.id][1]
+            kind = op_class(op)
+            if kind:
+                busy[kind] += times[op.id][2] - times[op.id][1]
         busy["pipeline p2p"] += _tail_wait(sim, prog, pi, step_time)
         for rank in prog.ranks:
             node = topology.gpus[rank]
@@ -148,10 +234,12 @@ def simulate_once(scenario: Scenario, topology: Topology, plan: Plan, replay: bo
     timeline = [{"program": prog.name, "ranks": list(prog.ranks), "points": sim.memory[pi].timeline,
                  "categories": list(CATEGORIES), "by_category": sim.memory[pi].by_category}
                 for pi, prog in enumerate(plan.programs)]
-    ops = [{"program": prog.name, "ranks": list(prog.ranks),
-            "ops": [{"op": op.id, "stream": op.stream, "class": op_class(op), "start": sim.times[pi][op.id][1],
-                     "end": sim.times[pi][op.id][2]} for op in prog.ops if op_class(op)]}
-           for pi, prog in enumerate(plan.programs)]
+    def ops() -> list[dict]:
+        return [{"program": prog.name, "ranks": list(prog.ranks),
+                 "ops": [{"op": op.id, "stream": op.stream, "class": op_class(op), "start": sim.times[pi][op.id][1],
+                          "end": sim.times[pi][op.id][2]} for op in prog.ops if op_class(op)]}
+                for pi, prog in enumerate(plan.programs)]
+
     usage = sim.network.utilisation or {}
     link_timeline = [{"name": topology.channel_name(c), "kind": topology.channel_kind(c), "points": points}
                      for c, points in sorted(usage.items())]

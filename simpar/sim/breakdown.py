@@ -51,8 +51,8 @@ def program_breakdown(sim, pi: int, step_time: float) -> dict[str, float]:
                 issued = min(max(sim.send_issued.get(op.tag, start), max(start, t0)), t1)
                 parts["bubble"] += issued - max(start, t0)
                 parts["communication"] += t1 - issued
-            elif part_of(op) is not None:
-                parts[part_of(op)] += max(0.0, t1 - max(start, t0))
+            elif (part := part_of(op)) is not None:
+                parts[part] += max(0.0, t1 - max(start, t0))
             if start <= t0:
                 continue
             waited_from = max(ready, t0)

@@ -39,15 +39,22 @@ def with_microbatches(scenario: Scenario, m: int) -> Scenario:
     return replace(scenario, train=replace(scenario.train, global_batch=batch))
 
 
-def affine(values: list, points: list[int], m: int):
+def affine(values: list, points: list[int], m: int, memo: dict | None = None):
     """Two results of the same shape (numbers, dicts, lists of them) carried to ``m`` number by number; an
-    integer stays an integer (bytes), anything else is the last point's (names, timelines)."""
+    integer stays an integer (bytes), anything else is the last point's (names, timelines). A part the results
+    share between ranks (a program's breakdown and memory) is carried once, and shared again."""
     first, last = values
     if isinstance(last, bool) or not isinstance(last, (int, float, dict, list)):
         return last
-    if isinstance(last, dict):
-        return {k: affine([first[k], v], points, m) if k in first else v for k, v in last.items()}
-    if isinstance(last, list):
-        return [affine([a, b], points, m) for a, b in zip(first, last)] if len(first) == len(last) else last
+    if isinstance(last, (dict, list)):
+        memo = {} if memo is None else memo
+        key = (id(first), id(last))
+        if key not in memo:
+            if isinstance(last, dict):
+                memo[key] = {k: affine([first[k], v], points, m, memo) if k in first else v for k, v in last.items()}
+            else:
+                memo[key] = [affine([a, b], points, m, memo) for a, b in zip(first, last)] \
+                    if len(first) == len(last) else last
+        return memo[key]
     value = extrapolate([first, last], points, m)
     return round(value) if isinstance(last, int) else value

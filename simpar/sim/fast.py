@@ -50,6 +50,16 @@ class _Durations:
             if key not in self._cache:
                 self._cache[key] = self.costs.compute_time(self.plan.programs[pi], op)
             return self._cache[key] + self.costs.resume(pi, op)
+        key = self.network_key(pi, op)
+        if key is None:
+            return 0.0  # Alloc, Free (and Recv, which waits for its send instead)
+        if key not in self._network:
+            self._network[key] = self._price(pi, op)
+        self.calls[key] += 1
+        return self._network[key][0]
+
+    def network_key(self, pi: int, op) -> tuple | None:
+        """What a network op's time depends on (None: not a network op)."""
         if isinstance(op, Collective):
             key = (pi, op.op, op.algo, op.group, op.nbytes, op.pieces, op.itemsize, self.costs.wake(pi, op))
         elif isinstance(op, Send):
@@ -57,12 +67,8 @@ class _Durations:
         elif isinstance(op, Copy):
             key = ("copy", pi, op.src, op.dst, op.nbytes)
         else:
-            return 0.0  # Alloc, Free (and Recv, which waits for its send instead)
-        key = (self._grid, *key)
-        if key not in self._network:
-            self._network[key] = self._price(pi, op)
-        self.calls[key] += 1
-        return self._network[key][0]
+            return None
+        return (self._grid, *key)
 
     def _price(self, pi: int, op) -> tuple:
         """A network op on an idle network, issued for all of its program's ranks at once: (seconds,
@@ -99,6 +105,33 @@ class _Durations:
             if carried is not None:
                 channels += count * carried
         return sent, received, channels
+
+
+def price_shared(plan: Plan, scenario: Scenario, topology: Topology, cache: dict, mine: bool, exchange) -> None:
+    """Fill ``cache`` with every network op of ``plan``, priced half here and half by a peer process pricing the
+    same ops of its own plan (the other point of an extrapolation): this side prices the ops whose key's
+    checksum has parity ``mine``, ``exchange(priced)`` hands them over and returns the peer's. The cache then
+    holds what ``run`` would have priced itself, each op on an idle network either way."""
+    import zlib
+
+    durations = _Durations(plan, scenario, topology, cache)
+    ops = {}
+    for pi, prog in enumerate(plan.programs):
+        for op in prog.ops:
+            key = durations.network_key(pi, op)
+            if key is not None and key not in cache:
+                ops.setdefault(key, (pi, op))
+    priced = {key: durations._price(pi, op) for key, (pi, op) in ops.items()
+              if (zlib.crc32(repr(key).encode()) % 2 == 0) == mine}
+    sparse = {key: (t, sent, received, None if c is None else (np.flatnonzero(c), c[np.flatnonzero(c)]))
+              for key, (t, sent, received, c) in priced.items()}
+    for key, (t, sent, received, carried) in exchange(sparse).items():
+        if carried is not None:
+            channels, nbytes = carried
+            carried = np.zeros(topology.num_channels)
+            carried[channels] = nbytes
+        cache.setdefault(key, (t, sent, received, carried))
+    cache.update(priced)
 
 
 def step_time(plan: Plan, scenario: Scenario, topology: Topology, network_cache: dict | None = None) -> float:

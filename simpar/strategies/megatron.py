@@ -46,7 +46,7 @@ def build(scenario: Scenario) -> Plan:
     hidden_bytes = scenario.train.micro_batch * scenario.model.seq * scenario.model.hidden * work.w
     programs = []
     for stage in range(p):
-        prog = Program(tuple(r for r in range(grid.world) if grid.coords(r)[0] == stage), name=f"stage {stage}")
+        prog = Program(grid.stage_ranks(stage), name=f"stage {stage}")
         chunks = [stage_units(work, c * p + stage, p * v) for c in range(v)]
         held = [u for chunk in chunks for u in chunk]
         params = work.params(held)

@@ -275,7 +275,7 @@ class Topology:
         for node in (src, dst):
             if node not in self.graph:
                 raise SimparError(f"topology {self.name}: no node named {node!r}")
-        adjacency, machine_of, kind_of = self._adjacency()
+        adjacency, machine_of, kind_of, touches, fabric = self._adjacency()
         machines = set((machine_of[src], machine_of[dst], None))  # (the order the search always took)
         relays = ENDPOINT_KINDS - {"gpu"} if self.gpus_forward else ENDPOINT_KINDS
         best = {src: 0.0}
@@ -291,6 +291,10 @@ class Topology:
             neighbours = adjacency[u]
             for machine in machines:
                 for v, cost, affinity in neighbours.get(machine, ()):
+                    if v != dst and (kind_of[v] in relays or  # an end point other than dst leads nowhere,
+                                     (machine_of[v] is None and machines.isdisjoint(touches[v])
+                                      and fabric[v] <= {u})):  # nor does a switch of other boxes only
+                        continue
                     if affinity and src not in affinity and dst not in affinity:
                         cost += _FOREIGN_NIC_PENALTY
                     reached = dist + cost
@@ -307,9 +311,9 @@ class Topology:
         path.reverse()
         return tuple(self._channel_ids[(a, b)] for a, b in zip(path, path[1:]))
 
-    def _adjacency(self) -> tuple[dict[str, dict], dict[str, int | None], dict[str, str]]:
-        """(node -> machine -> [(neighbour, cost, neighbour's NIC affinity)], node -> machine, node -> kind),
-        built once."""
+    def _adjacency(self) -> tuple:
+        """(node -> machine -> [(neighbour, cost, neighbour's NIC affinity)], node -> machine, node -> kind,
+        node -> the boxes its neighbours sit in, node -> its fabric neighbours), built once."""
         if self._adjacency_index is None:
             nodes = self.graph.nodes
             index: dict[str, dict] = {u: {} for u in self.graph}
@@ -318,7 +322,9 @@ class Topology:
                     node = nodes[b]
                     index[a].setdefault(node["machine"], []).append((b, data["cost"], node["affinity"]))
             self._adjacency_index = (index, {u: nodes[u]["machine"] for u in nodes},
-                                     {u: nodes[u]["kind"] for u in nodes})
+                                     {u: nodes[u]["kind"] for u in nodes},
+                                     {u: {m for m in index[u] if m is not None} for u in nodes},
+                                     {u: frozenset(v for v, _, _ in index[u].get(None, ())) for u in nodes})
         return self._adjacency_index
 
 

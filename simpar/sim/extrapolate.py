@@ -2,10 +2,10 @@
 
 Once a pipeline is full, each micro-batch more adds the same forward and backward on every stage and
 changes nothing else (warm-up, drain and the final reduction stay as they were), so a step is affine in
-the number of micro-batches m: simulated at the pipeline's depth p and one period more (p + 1; p and 2p
-for the interleaved schedule, whose period is p; 1 and 2 without a pipeline), everything the simulator
-reports (step time, breakdown, bytes, memory peaks) follows at any m. ``tests/test_extrapolate.py``
-holds it to the full simulation.
+the number of micro-batches m: simulated at the pipeline's depth p and one period more (p + 1; for the
+interleaved schedule, whose period is p, from where its warm-up's memory stops growing: ``points_for``;
+1 and 2 without a pipeline), everything the simulator reports (step time, breakdown, bytes, memory peaks)
+follows at any m. ``tests/test_fast_path.py`` holds it to the fast path's whole step.
 """
 
 from __future__ import annotations
@@ -29,8 +29,14 @@ def extrapolate(times: list[float], points: list[int], m: int) -> float:
 
 
 def points_for(scenario: Scenario) -> list[int]:
+    """The two micro-batch counts ``simulate(extrapolate=True)`` prices a step from: the pipeline's depth and one
+    more (1F1B: by then every stage holds its most micro-batches; GPipe's activations grow with m, affine too);
+    the interleaved schedule's warm-up holds up to 2 (p - 1) + (v - 1) p micro-batches, so its points start at
+    (v + 1) p, a multiple of its period p, where the memory peaks no longer grow."""
     spec = scenario.strategy
-    return extrapolation_points(scenario.microbatches, spec.pp, spec.pp if spec.schedule == "interleaved" else 1)
+    if spec.schedule == "interleaved":
+        return extrapolation_points(scenario.microbatches, (spec.virtual_stages + 1) * spec.pp, spec.pp)
+    return extrapolation_points(scenario.microbatches, spec.pp, 1)
 
 
 def with_microbatches(scenario: Scenario, m: int) -> Scenario:

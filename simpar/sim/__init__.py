@@ -9,7 +9,6 @@ from dataclasses import dataclass, field, replace
 from tqdm import tqdm
 
 from simpar import topologies
-from simpar.errors import SimparError
 from simpar.flops import utilisation
 from simpar.plan import CATEGORIES, OP_CLASSES, Plan, Recv, op_class
 from simpar.scenario import Scenario
@@ -17,6 +16,7 @@ from simpar.sim.breakdown import PARTS, program_breakdown
 from simpar.sim.memory_check import check_memory
 from simpar.sim.extrapolate import affine, points_for, with_microbatches
 from simpar.sim.fast import FastRun, price_shared
+from simpar.sim.forked import Forked
 from simpar.sim.runner import Simulator
 from simpar.strategies import build_plan
 from simpar.topologies.graph import Topology
@@ -99,50 +99,6 @@ def simulate(scenario: Scenario, topology: Topology | None = None, plan: Plan | 
                          network_cache)
 
 
-class _forked:
-    """``work(peer)`` in a forked process while the caller goes on, ``peer`` its end of a duplex pipe to the caller
-    (``exchange``); ``result()`` waits for what it returned (its exception raised here), ``close()`` stops it if
-    it still runs."""
-
-    def __init__(self, work):
-        import multiprocessing
-
-        self.peer, theirs = multiprocessing.Pipe()
-
-        def run():
-            try:
-                result = ("result", work(theirs))
-            except BaseException as exc:  # noqa: BLE001 (handed to the caller, which raises it)
-                result = ("error", exc)
-            theirs.send(result)
-
-        self._process = multiprocessing.get_context("fork").Process(target=run, daemon=True)
-        self._process.start()
-
-    def receive(self, kind: str = "result"):
-        """The next message ``work`` sent of ``kind`` (its own ``(kind, value)`` tuples, or its result); an
-        error it raised is raised here."""
-        while not self.peer.poll(0.05):
-            if not self._process.is_alive() and not self.peer.poll(0):
-                raise SimparError(f"a simulation in a forked process ended without a result "
-                                  f"(exit code {self._process.exitcode})")
-        got, value = self.peer.recv()
-        if got == "error":
-            raise value
-        if got != kind:
-            raise SimparError(f"a simulation in a forked process sent {got} where {kind} was due")
-        return value
-
-    def result(self):
-        return self.receive("result")
-
-    def close(self) -> None:
-        if self._process.is_alive():
-            self._process.kill()
-        self._process.join()
-        self.peer.close()
-
-
 def _extrapolated(scenario: Scenario, topology: Topology, check_oom: bool, serial: bool, progress: bool) -> SimResult:
     """The step at the scenario's micro-batches from the fast path at two shorter counts (sim/extrapolate.py).
     With two cores or more the shorter point runs in a forked process beside the longer one, each pricing half
@@ -164,7 +120,7 @@ def _extrapolated(scenario: Scenario, topology: Topology, check_oom: bool, seria
         return point(points[0], {}, False, exchange, mine=True).to_json()
 
     shared: dict = {}  # the network ops of both points are the same: priced once
-    beside = _forked(child) if (os.cpu_count() or 1) > 1 else None
+    beside = Forked(child) if (os.cpu_count() or 1) > 1 else None
 
     def exchange(priced: dict) -> dict:  # the parent takes the child's, then sends its own
         theirs = beside.receive("priced")

@@ -20,13 +20,12 @@ def test_compare_real_json_puts_the_measured_run_beside_the_simulated_one(cli):
                          "--op-timeline", "--json", "-").stdout)
     sim, real, comparison = out["sim"], out["real"], out["comparison"]
     assert out["scenario"]["model"] == "tiny-deep" and out["scenario"]["train"]["precision"] == "fp32"
-    assert "rough built-in CPU-host profile" in out["profile"]
+    assert "(a quick calibration: micro-benchmarks of this machine)" in out["profile"]  # measured on the first run
     assert set(sim) <= set(real)  # the same schema, plus what only a real run has (steps, losses)
     assert [set(r) for r in sim["ranks"]] == [set(r) - {"step_times_s", "op_mean_s"} for r in real["ranks"]]
     simulated_ops = [(o["op"], o["class"]) for o in sim["op_timeline"][0]["ops"]]
     assert [[(o["op"], o["class"]) for o in t["ops"]] for t in real["op_timeline"]] == [simulated_ops] * 2
     assert len(real["ranks"]) == 2 and real["step_time_s"] > 0
-    assert real["host_speed"] > 1e5  # the cores' speed over the timed steps (six: enough spinner time)
     for key in ("bytes_sent", "bytes_received"):
         assert comparison[key]["ranks_equal"] == 2 and comparison[key]["error"] == 0
     for category in ("params", "grads", "optimizer"):

@@ -60,9 +60,11 @@ def run_and_compare(args, scenario: Scenario, notes: list[str] = ()) -> int:
     return report(args, scenario, real, backend, list(notes), beside)
 
 
-def report(args, scenario: Scenario, real: dict, backend: str, notes: list[str], beside: dict | None = None) -> int:
-    """Simulate the scenario on this machine's profile and print (or write) it beside ``real``."""
-    topology, note = machine_topology(args, scenario)
+def report(args, scenario: Scenario, real: dict, backend: str, notes: list[str], beside: dict | None = None,
+           calibrate_now: bool = True) -> int:
+    """Simulate the scenario on this machine's profile and print (or write) it beside ``real``
+    (``calibrate_now``: ``machine_topology``'s)."""
+    topology, note = machine_topology(args, scenario, calibrate_now)
     simulated = simulate(scenario, topology=topology, replay=not args.no_replay, serial=True,
                          record_links=bool(args.trace))
     sim = simulated.to_json(timeline=args.memory_timeline, ops=args.op_timeline)

@@ -40,7 +40,7 @@ def deepspeed_beside(args, scenario: Scenario, losses: list[float], steps: int, 
                      train.global_batch)
     habits = {k: ds.options[k] for k in HABITS if k in ds.options}
     as_deepspeed = dataclasses.replace(scenario, strategy=dataclasses.replace(scenario.strategy, **habits))
-    topology, _, _ = machine_topology(args, scenario)
+    topology, _ = machine_topology(args, scenario)
     sim = simulate(as_deepspeed, topology=topology, serial=True).to_json()
     run, changed = run_config(filled(config, ds))
     real = run_deepspeed(scenario, run, steps, seed, timeout)

@@ -49,7 +49,8 @@ def main(argv: list[str] | None = None) -> int:
         dist.gather_object(mine, gathered, dst=0)
         code = 0
         if rank == 0:
-            code = report(args, scenario, real_json(scenario, gathered, steps, collectives), backend, notes)
+            code = report(args, scenario, real_json(scenario, gathered, steps, collectives), backend, notes,
+                          calibrate_now=False)  # not inside the group: launch's own ranks would meet torchrun's
         # every rank tears the group down together, once rank 0 has reported: on a loaded 2-core machine a
         # rank that left while rank 0 still simulated and printed aborted at exit ("terminate called without
         # an active exception", SIGABRT), and torchrun called the finished run failed

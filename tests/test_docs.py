@@ -31,9 +31,10 @@ SMOKE = {
     # minutes of real runs or calibration on 2 cores: the same commands, smaller
     "simpar run --strategy zero2 --gpus 16 --compare-real": "simpar run --strategy zero2 --gpus 2 --compare-real",
     "simpar calibrate": "simpar calibrate --gpus 2 --repeats 1 --out cal.json",
+    # (the session's cached profile, or a calibration first if this test runs alone)
     "simpar validate --repeats 3":
-        "simpar calibrate --quick --gpus 2 --out cal.json && simpar validate --gpus 2 --strategies ddp "
-        "--steps 2 --seconds 0 --repeats 2 --hardware cal.json --calibrate-after none --out validation.md",
+        "simpar validate --gpus 2 --strategies ddp --steps 2 --seconds 0 --repeats 2 --calibrate-after none "
+        "--out validation.md",
     "simpar run --strategy zero3 --gpus 8 --hardware ~/.cache/simpar/hardware-HOST-torchVERSION-fp32.json":
         "simpar calibrate --quick --gpus 2 --out cal.json && simpar run --strategy zero3 --gpus 8 "
         "--hardware cal.json",

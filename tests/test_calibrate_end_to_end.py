@@ -33,7 +33,8 @@ def test_calibrate_then_validate_end_to_end(tmp_path, cli):
     priced = ring_price("allreduce", 2**14, 2, *data["ring"]["2"])
     for (compute, call), (short, paid) in zip(timed, data["wake_short"]["2"]):
         assert short == compute and paid == pytest.approx(call - priced)
-    assert set(data["handling"]["fp32"]) == {"", "gather", "scatter", "accumulate"}
+    # (a kind whose fit comes out at or below zero is noise, left out: accumulate's is a difference of timings)
+    assert {"", "gather", "scatter"} <= set(data["handling"]["fp32"]) <= {"", "gather", "scatter", "accumulate"}
     assert all(v >= 0 for kind in data["handling"]["fp32"].values() for v in kind)
     for phase in ("fwd", "bwd"):  # overheads per unit kind (never negative) and a FLOP rate
         fit = data["compute"]["fp32"][phase]

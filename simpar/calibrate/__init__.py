@@ -22,7 +22,8 @@ from simpar.calibrate.fits import (SERIES, fit_collective_costs, fit_compute, fi
                                    ring_steps, series_wake, step_bytes)
 from simpar.calibrate.lag import later_steps, wake_curve
 from simpar.calibrate.pipeline_bench import late_recv_cost, late_worker, relay_worker
-from simpar.calibrate.profile import PHASE_SIZE, SHORT_SIZE, HardwareProfile, machine_id
+from simpar.calibrate.profile import PHASE_SIZE, SHORT_SIZE, HardwareProfile
+from simpar.real.cpu_profile import machine_id
 from simpar.real import awake
 from simpar.real.launch import launch
 

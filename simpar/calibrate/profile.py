@@ -11,13 +11,10 @@ core (every call waits for each rank's time slice): ``_at``.
 from __future__ import annotations
 
 import json
-import os
-import platform
 from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from simpar.calibrate.fits import UNIT_KINDS, ring_price
 from simpar.devices.specs import GPUSpec, HostSpec
@@ -31,11 +28,6 @@ if TYPE_CHECKING:
 VERSION = 23
 PHASE_SIZE = 2**18  # bytes of the all-reduce after the calibration's long computes (phase_worker)
 SHORT_SIZE = 2**14  # ... and after its short ones: a tensor-parallel activation's size
-
-
-def machine_id() -> dict:
-    return {"host": platform.node(), "cpu": platform.processor() or platform.machine(),
-            "cores": os.cpu_count() or 1, "torch": torch.__version__}
 
 
 @dataclass

@@ -4,7 +4,6 @@ quickly the first time."""
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -27,12 +26,12 @@ def machine_topology(args, scenario: Scenario, calibrate_now: bool = True):
     if is_gpu_profile(path):
         raise SimparError("--hardware: a GPU profile prices simulated GPU clusters; --compare-real runs these "
                           "ranks on this machine's CPU and needs a CPU profile (simpar calibrate) or none")
-    if args.hardware is None and not usable(path, world) and not calibrate_now:
-        from simpar.real.cpu_profile import cpu_topology
-
-        return cpu_topology(world), ("no profile of this machine: the simulator priced this run with simpar's rough "
-                                     "built-in CPU figures (run 'simpar calibrate' first for measured ones)")
     if args.hardware is None and not usable(path, world):
+        if not calibrate_now:
+            from simpar.real.cpu_profile import cpu_topology
+
+            return cpu_topology(world), ("no profile of this machine: the simulator priced this run with simpar's "
+                                         "rough built-in CPU figures (run 'simpar calibrate' first for measured ones)")
         worlds = quick_worlds(world)
         print(f"no profile of this machine for {world} ranks yet: measuring it ({', '.join(map(str, worlds))} ranks, "
               f"about half a minute; 'simpar calibrate' takes the full one)", file=sys.stderr)
@@ -47,7 +46,7 @@ def machine_topology(args, scenario: Scenario, calibrate_now: bool = True):
 
 def usable(path: str, world: int) -> bool:
     """Whether the cached profile at ``path`` is of this simpar and measured the ranks a run of ``world`` needs
-    (the largest it measured covers larger worlds where the ranks outnumber the cores)."""
+    (the largest it measured covers the worlds a quick calibration would not measure: ``quick_worlds``)."""
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, ValueError):
@@ -55,4 +54,4 @@ def usable(path: str, world: int) -> bool:
     if not isinstance(data, dict) or data.get("version") != VERSION:
         return False
     measured = [int(w) for w in data.get("ring", {})]
-    return bool(measured) and (world in measured or max(measured) >= min(world, 2 * (os.cpu_count() or 1)))
+    return bool(measured) and (world in measured or max(measured) >= max(quick_worlds(world)))

@@ -153,9 +153,8 @@ def calibrate_gpu(preset: str | None = None, timeout: float = 600.0, progress=No
     """Measure this machine's CUDA GPU (and NCCL across its GPUs) and fit a GPUProfile."""
     import torch
 
-    import platform
-
     from simpar.costs import gpu_bench
+    from simpar.real.cpu_profile import machine_id
     from simpar.real.launch import launch
 
     say = progress or (lambda message: None)
@@ -166,7 +165,7 @@ def calibrate_gpu(preset: str | None = None, timeout: float = 600.0, progress=No
     preset = preset or preset_for(props.name, props.total_memory)
     if preset not in GPUS:
         raise SimparError(f"--gpu: cannot tell which datasheet {props.name!r} is; name one of {', '.join(GPUS)}")
-    machine = {"host": platform.node(), "torch": torch.__version__, "name": props.name, "sms": props.multi_processor_count,
+    machine = {**machine_id(), "name": props.name, "sms": props.multi_processor_count,
                "memory_bytes": props.total_memory, "l2_bytes": getattr(props, "L2_cache_size", 0),
                "cuda": torch.version.cuda, "gpus": torch.cuda.device_count(),
                "eager_kernel_interval_s": gpu_bench.eager_interval()}

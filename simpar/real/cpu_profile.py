@@ -27,6 +27,17 @@ LOOPBACK_LATENCY = 50e-6  # per message, through the kernel's TCP stack
 MEMCPY_BANDWIDTH = 5e9  # an offload "copy" between two tensors in the same DRAM
 
 
+def machine_id() -> dict:
+    """The machine a profile was measured on: host, CPU, cores and torch version (either changes what a step
+    costs)."""
+    import platform
+
+    import torch
+
+    return {"host": platform.node(), "cpu": platform.processor() or platform.machine(),
+            "cores": os.cpu_count() or 1, "torch": torch.__version__}
+
+
 def _memory_bytes() -> int:
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")

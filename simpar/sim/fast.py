@@ -15,6 +15,7 @@ switch uplink, data-parallel reductions of several stages at once): the full sim
 
 from __future__ import annotations
 
+import zlib
 from collections import Counter
 
 import numpy as np
@@ -112,8 +113,6 @@ def price_shared(plan: Plan, scenario: Scenario, topology: Topology, cache: dict
     same ops of its own plan (the other point of an extrapolation): this side prices the ops whose key's
     checksum has parity ``mine``, ``exchange(priced)`` hands them over and returns the peer's. The cache then
     holds what ``run`` would have priced itself, each op on an idle network either way."""
-    import zlib
-
     durations = _Durations(plan, scenario, topology, cache)
     ops = {}
     for pi, prog in enumerate(plan.programs):

@@ -286,7 +286,7 @@ class Topology:
             dist, _, u = heapq.heappop(heap)
             if u == dst:
                 break
-            if dist > best[u] or (u != src and kind_of[u] in relays):
+            if dist > best[u]:  # (relays other than dst are never pushed: below)
                 continue
             neighbours = adjacency[u]
             for machine in machines:

@@ -87,15 +87,15 @@ def test_the_spinners_die_with_a_killed_simpar():
     assert _wait_for(lambda: all(gone(p) for p in pids)), "a spinner outlived the simpar that started it"
 
 
-def _idle_siblings(ctx) -> int:
+def _idle_siblings(ctx, launcher: int) -> int:
     """The processes beside this rank (children of the launcher) that run at idle priority."""
-    return len([p for p in _spinners_of(os.getppid()) if os.sched_getscheduler(p) == os.SCHED_IDLE])
+    return len([p for p in _spinners_of(launcher) if os.sched_getscheduler(p) == os.SCHED_IDLE])
 
 
 @pytest.mark.slow
 def test_gloo_ranks_run_beside_the_spinners_and_leave_none(monkeypatch):
     monkeypatch.delenv(awake.ENV, raising=False)
-    seen = launch(_idle_siblings, 2, timeout=60)
+    seen = launch(_idle_siblings, 2, (os.getpid(),), timeout=60)
     assert seen == [len(os.sched_getaffinity(0))] * 2
     assert _spinners_of(os.getpid()) == set()
 

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from rank_processes import alive, ranks_of
+from rank_processes import alive, ranks_of, started_by
 from simpar.real.launch import free_port
 
 pytestmark = pytest.mark.slow
@@ -68,6 +68,7 @@ def test_ctrl_c_stops_the_run_and_leaves_no_rank_behind(whole_group):
         time.sleep(0.5)
     assert len(ranks) == 4
     time.sleep(3)  # into the training steps
+    ranks = started_by(proc.pid)  # the fork server they came from too
     if whole_group:
         os.killpg(proc.pid, signal.SIGINT)
     else:

@@ -10,7 +10,7 @@ import sys
 import time
 
 import pytest
-from rank_processes import alive, ranks_of
+from rank_processes import alive, ranks_of, started_by
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")]
 
@@ -35,6 +35,7 @@ def test_a_signal_to_a_real_run_leaves_no_rank_behind(tmp_path, sig, command):
             time.sleep(0.5)
             ranks = ranks_of(proc.pid)
         time.sleep(3)  # the ranks are past start-up, inside the run
+        ranks = started_by(proc.pid)  # the fork server they came from too
         os.kill(proc.pid, sig)
         code = proc.wait(timeout=30)
         gone_by = time.monotonic() + 10

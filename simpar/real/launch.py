@@ -1,6 +1,6 @@
 """Run one process per rank with torch.distributed, and never leave one behind.
 
-``launch(worker, world, args)`` spawns ``world`` processes (torch.multiprocessing, spawn), each
+``launch(worker, world, args)`` starts ``world`` processes (forked from a fork server: ``_rank_context``), each
 joining a process group on a free local port, and calls ``worker(ctx, *args)`` in each, where
 ``ctx`` knows the rank and world and records which op the rank is in (``with ctx.op("..."):``).
 It returns the workers' results in rank order.
@@ -16,10 +16,8 @@ waking a blocked receive a 4 ms tick late (awake.py).
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import queue
-import signal
 import socket
 import threading
 import time
@@ -37,7 +35,6 @@ from simpar.real.allocator import keep_freed_memory
 from simpar.real.awake import cores_kept_awake
 
 _OP_CHARS = 160
-_PR_SET_PDEATHSIG = 1  # linux/prctl.h
 _PORT_TRIES = 3
 
 
@@ -89,27 +86,22 @@ class _OpLabel:
             self.ctx._set("")
 
 
-def _die_with_parent(parent: int) -> None:
-    """End this rank when simpar ends, however it ends (SIGKILL included): on Linux the kernel
-    sends SIGKILL on the parent's death (prctl PR_SET_PDEATHSIG); elsewhere a thread watches for
-    the rank being reparented."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
-            raise OSError(ctypes.get_errno(), "prctl")
-    except (OSError, AttributeError):
-        def watch():
-            while os.getppid() == parent:
-                time.sleep(0.5)
-            os._exit(1)
-
-        threading.Thread(target=watch, daemon=True, name="parent-watch").start()
-    if os.getppid() != parent:  # the parent died before the request above took effect
+def _die_with_simpar(watch) -> None:
+    """End this rank when simpar ends, however it ends (SIGKILL included): a thread blocks on the
+    read end of a pipe whose only write end simpar holds, and the kernel closes it when simpar dies.
+    (The rank's parent may be the fork server, not simpar: ``_rank_context``.)"""
+    def wait_for_eof():
+        try:
+            watch.recv_bytes()
+        except (EOFError, OSError):
+            pass
         os._exit(1)
 
+    threading.Thread(target=wait_for_eof, daemon=True, name="simpar-watch").start()
 
-def _entry(rank, world, port, backend, timeout, worker, args, results, ops, steps, parent):
-    _die_with_parent(parent)
+
+def _entry(rank, world, port, backend, timeout, worker, args, results, ops, steps, watch):
+    _die_with_simpar(watch)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     # One thread per rank: torch is imported (and its thread pool sized to every core) before this
     # runs, and several ranks' OpenMP pools spin-waiting on the same cores slow compute 100-fold.
@@ -156,16 +148,30 @@ def _launch_once(worker, world, args, timeout, backend, port, progress) -> list:
         return _run_ranks(worker, world, args, timeout, backend, port, progress)
 
 
+def _rank_context():
+    """How ranks start: forked from a server that imported torch and simpar once (a fresh interpreter per
+    rank, as spawn starts, imports torch anew: seconds of CPU a rank, 16 ranks' worth on a few cores), and
+    spawned where a platform has no fork server. A forked rank is as fresh as a spawned one: the server
+    runs no op, so no thread pool or CUDA context exists to inherit."""
+    if "forkserver" not in mp.get_all_start_methods():
+        return mp.get_context("spawn")
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload([__name__])
+    return ctx
+
+
 def _run_ranks(worker, world, args, timeout, backend, port, progress) -> list:
-    ctx = mp.get_context("spawn")
+    ctx = _rank_context()
     results = ctx.Queue()
     ops = ctx.Array(ctypes.c_char, _OP_CHARS * world, lock=False)
     steps = ctx.Array(ctypes.c_int, world, lock=False)
+    watch, simpar_alive = ctx.Pipe(duplex=False)  # simpar keeps the write end: its death reads as EOF
     procs = [ctx.Process(target=_entry, args=(r, world, port, backend, timeout, worker, args, results, ops, steps,
-                                              os.getpid()), name=f"simpar-rank{r}") for r in range(world)]
+                                              watch), name=f"simpar-rank{r}") for r in range(world)]
     reported = 0
     for p in procs:
         p.start()
+    watch.close()
     outcome: dict[int, object] = {}
     deadline = time.monotonic() + timeout
     finished = False
@@ -198,6 +204,7 @@ def _run_ranks(worker, world, args, timeout, backend, port, progress) -> list:
     finally:  # on any failure, signal or Ctrl-C too: kill at once; after success let the ranks exit
         _reap(procs, grace=2.0 if finished else 0.0)
         results.close()
+        simpar_alive.close()
 
 
 def _portable(value, kind, convert):

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from rank_processes import alive, ranks_of, started_by
+from rank_processes import left_after, ranks_of, started_by
 from simpar.real.launch import free_port
 
 pytestmark = pytest.mark.slow
@@ -75,10 +75,7 @@ def test_ctrl_c_stops_the_run_and_leaves_no_rank_behind(whole_group):
         proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=30)
     assert proc.returncode == 130 and "interrupted" in stderr
-    gone_by = time.monotonic() + 10  # the fork server exits once simpar and its ranks are gone
-    while any(alive(p) for p in ranks) and time.monotonic() < gone_by:
-        time.sleep(0.2)
-    assert [p for p in ranks if alive(p)] == []
+    assert left_after(ranks) == []
 
 
 def test_the_same_worker_runs_under_torchrun(tmp_path):

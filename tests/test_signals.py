@@ -10,7 +10,7 @@ import sys
 import time
 
 import pytest
-from rank_processes import alive, ranks_of, started_by
+from rank_processes import left_after, ranks_of, started_by
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")]
 
@@ -38,10 +38,7 @@ def test_a_signal_to_a_real_run_leaves_no_rank_behind(tmp_path, sig, command):
         ranks = started_by(proc.pid)  # the fork server they came from too
         os.kill(proc.pid, sig)
         code = proc.wait(timeout=30)
-        gone_by = time.monotonic() + 10
-        while any(alive(r) for r in ranks) and time.monotonic() < gone_by:
-            time.sleep(0.2)
-        assert not [r for r in ranks if alive(r)], f"rank processes left after {sig.name}"
+        assert not left_after(ranks), f"rank processes left after {sig.name}"
         err = proc.stderr.read().decode().strip().splitlines()
         if sig == signal.SIGKILL:
             assert code == -signal.SIGKILL

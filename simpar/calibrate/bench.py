@@ -72,9 +72,11 @@ def host_worker(ctx, params: list[int], repeats: int) -> dict:
 PATTERN_OPS = ("allgather", "allreduce", "handoff", "psreduce")
 
 
-def pattern_worker(ctx, sizes: list[int], repeats: int, rounds: int = 5) -> dict:
-    """Collectives as a step meets them: one unit's compute (``_unit_burst``), then ``m`` calls in a row (m = 1
-    and ``SERIES``) of each of ``PATTERN_OPS``, every rank at once, repeated. Each loop is timed between
+def pattern_worker(ctx, sizes: list[int], repeats: int, rounds: int = 5,
+                   counts: tuple[int, ...] = (1, SERIES), least: int = 4) -> dict:
+    """Collectives as a step meets them: one unit's compute (``_unit_burst``), then ``m`` calls in a row (m in
+    ``counts``: 1 and ``SERIES``) of each of ``PATTERN_OPS``, every rank at once, repeated (at least ``least``
+    times a loop). Each loop is timed between
     barriers right after the same loop without calls (each round against its neighbour, as the machine's
     speed drifts): the difference is all the step pays for its calls, the wait for a peer included.
     {"<op><bytes>x<m>": [s beyond the compute, per round], "base": [s of the compute alone], "compute" /
@@ -82,7 +84,7 @@ def pattern_worker(ctx, sizes: list[int], repeats: int, rounds: int = 5) -> dict
     end, each call's end] per repetition of a ring / Worker-Server series, on the one monotonic clock]}."""
     comm, group, n = CountingComm(ctx.rank), list(range(ctx.world)), ctx.world
     unit = _unit_burst()
-    reps = max(4, 4 * repeats // n)  # more ranks than cores make every call slower: fewer of them
+    reps = max(least, 4 * repeats // n)  # more ranks than cores make every call slower: fewer of them
 
     bursts: dict[bool, list[float]] = {True: [], False: []}  # after calls?
     series: dict[bool, list[list[float]]] = {False: [], True: []}  # Worker-Server?
@@ -125,7 +127,7 @@ def pattern_worker(ctx, sizes: list[int], repeats: int, rounds: int = 5) -> dict
     # every op and size once a round: each row's rounds spread over the whole pattern, not a second of it
     for _ in range(rounds):
         for (op, size), call in calls_of.items():
-            for calls in (1, SERIES):
+            for calls in counts:
                 marks = series[op == "psreduce"] if calls > 1 and op != "handoff" else None
                 out.setdefault(f"{op}{size}x{calls}", []).append(beyond_compute(call, calls, marks))
     return out
@@ -140,18 +142,19 @@ SHORT_LOOPS = {"brief": (1, 1), "short": (1, 2), "mid": (2, 2)}
 SHORT_REPS, SHORT_WARMUP = 60, 20
 
 
-def phase_worker(ctx, size: int, seconds: float = 8.0, repeats: int = 3, short_size: int | None = None) -> dict:
+def phase_worker(ctx, size: int, seconds: float = 8.0, repeats: int = 3, short_size: int | None = None,
+                 units: tuple[int, ...] = PHASE_UNITS, short_loops: bool = True) -> dict:
     """How a call's cost grows with the compute before it (the ranks' lag behind each other grows with it):
-    the unit computed ``PHASE_UNITS`` times in a row, then one ring all-reduce of ``size`` bytes; and the short
-    loops (``SHORT_LOOPS``: tensor-parallel pieces' computes), then one of ``short_size``. Every rank at once,
+    the unit computed ``units`` times in a row, then one ring all-reduce of ``size`` bytes; and with ``short_loops``
+    the short loops (``SHORT_LOOPS``: tensor-parallel pieces' computes), then one of ``short_size``. Every rank at once,
     the loops interleaved round by round until ``seconds`` have passed. {loop: [[compute start, compute end,
     call end] per repetition]} on the machine's one monotonic clock (``phase_cost``)."""
     comm, group = CountingComm(ctx.rank), list(range(ctx.world))
     unit = _unit_burst()
     flat = torch.zeros(max(size // 4, ctx.world))
     short_flat = torch.zeros(max((short_size or size) // 4, ctx.world))
-    calls = {**{key: lambda: comm.ring_all_reduce(short_flat, group) for key in SHORT_LOOPS},
-             **{str(units): lambda: comm.ring_all_reduce(flat, group) for units in PHASE_UNITS}}
+    calls = {**{key: lambda: comm.ring_all_reduce(short_flat, group) for key in SHORT_LOOPS if short_loops},
+             **{str(count): lambda: comm.ring_all_reduce(flat, group) for count in units}}
     marks: dict[str, list[list[float]]] = {key: [] for key in calls}
     forwards = {batch: _unit_burst(backward=False, batch=batch) for _, batch in SHORT_LOOPS.values()}
     shorts = {key: (lambda times=times, f=forwards[batch]: [f() for _ in range(times)])

@@ -28,6 +28,9 @@ if TYPE_CHECKING:
 VERSION = 23
 PHASE_SIZE = 2**18  # bytes of the all-reduce after the calibration's long computes (phase_worker)
 SHORT_SIZE = 2**14  # ... and after its short ones: a tensor-parallel activation's size
+# the profile's tables keyed by world size (the number of ranks measured at once)
+PER_WORLD = ("ring", "wake", "wake_phase", "wake_curve", "wake_short", "later_steps", "resume", "resume_after_recv",
+             "handoff", "late_recv", "worker_server")
 
 
 @dataclass

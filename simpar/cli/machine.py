@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from simpar.calibrate import calibrate, default_path, quick_worlds
+from simpar.calibrate import add_worlds, calibrate, default_path, quick_worlds
 from simpar.calibrate.profile import VERSION, HardwareProfile
 from simpar.cli.common import is_gpu_profile
 from simpar.errors import SimparError
@@ -26,32 +26,51 @@ def machine_topology(args, scenario: Scenario, calibrate_now: bool = True):
     if is_gpu_profile(path):
         raise SimparError("--hardware: a GPU profile prices simulated GPU clusters; --compare-real runs these "
                           "ranks on this machine's CPU and needs a CPU profile (simpar calibrate) or none")
-    if args.hardware is None and not usable(path, world):
-        if not calibrate_now:
+    if args.hardware is None:
+        missing = missing_worlds(path, world)
+        if missing and not calibrate_now and not measured_worlds(path):
             from simpar.real.cpu_profile import cpu_topology
 
             return cpu_topology(world), ("no profile of this machine: the simulator priced this run with simpar's "
                                          "rough built-in CPU figures (run 'simpar calibrate' first for measured ones)")
-        worlds = quick_worlds(world)
-        print(f"no profile of this machine for {world} ranks yet: measuring it ({', '.join(map(str, worlds))} ranks, "
-              f"about half a minute; 'simpar calibrate' takes the full one)", file=sys.stderr)
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        with tqdm(total=len(worlds) + 1, desc="calibrating", unit="stage", file=sys.stderr, disable=None) as bar:
-            calibrate(precision, worlds, quick=True, progress=lambda message: bar.update()).save(path)
+        if missing and calibrate_now:
+            _measure(path, precision, *missing)
     profile = HardwareProfile.load(path)
     kind = "a quick calibration" if profile.machine.get("quick") else "simpar calibrate"
     note = f"the simulator priced this run with the hardware profile {path} ({kind}: micro-benchmarks of this machine)"
     return profile.topology(world, precision), note
 
 
-def usable(path: str, world: int) -> bool:
-    """Whether the cached profile at ``path`` is of this simpar and measured the ranks a run of ``world`` needs
-    (the largest it measured covers the worlds a quick calibration would not measure: ``quick_worlds``)."""
+def measured_worlds(path: str) -> set[int]:
+    """The worlds the profile at ``path`` measured; none where there is no profile of this simpar there."""
     try:
         data = json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return False
-    if not isinstance(data, dict) or data.get("version") != VERSION:
-        return False
-    measured = [int(w) for w in data.get("ring", {})]
-    return bool(measured) and (world in measured or max(measured) >= max(quick_worlds(world)))
+        return {int(w) for w in data.get("ring", {})} if data.get("version") == VERSION else set()
+    except (OSError, ValueError, AttributeError):
+        return set()
+
+
+def missing_worlds(path: str, world: int) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """The worlds (in full, light: ``quick_worlds``) a run of ``world`` ranks needs that the cached profile at
+    ``path`` has not measured (all of them where there is none); None where none is missing."""
+    measured = measured_worlds(path)
+    full, light = (tuple(w for w in worlds if w not in measured) for worlds in quick_worlds(world))
+    return (full, light) if full or light else None
+
+
+def _measure(path: str, precision: str, full: tuple[int, ...], light: tuple[int, ...]) -> None:
+    """A quick calibration of the worlds missing from the cached profile at ``path`` (all of it where there is
+    none), saved there, with a progress bar."""
+    worlds = ", ".join(map(str, sorted(full + light)))
+    cached = bool(measured_worlds(path))
+    print(f"no profile of this machine for {worlds} ranks yet: measuring it (about half a minute; 'simpar "
+          f"calibrate' takes the full profile)", file=sys.stderr)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    stages = len(full) + len(light) + (0 if cached else 1)
+    with tqdm(total=stages, desc="calibrating", unit="stage", file=sys.stderr, disable=None) as bar:
+        tick = lambda message: bar.update()  # noqa: E731
+        if cached:
+            profile = add_worlds(HardwareProfile.load(path), precision, full, light, progress=tick)
+        else:
+            profile = calibrate(precision, full, quick=True, light=light, progress=tick)
+        profile.save(path)

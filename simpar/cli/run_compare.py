@@ -3,6 +3,7 @@ with one process per rank, and print both side by side with relative errors."""
 
 from __future__ import annotations
 
+import math
 import sys
 
 import torch
@@ -22,9 +23,14 @@ BACKENDS = ("gloo", "nccl")
 COLLECTIVES = ("explicit", "native")
 
 
-def real_options(args) -> tuple[int, float, int, str, str]:
-    """--steps, --timeout, --seed, --backend and --collectives, checked."""
-    steps = units.positive_int(args.steps, "--steps")
+AUTO_SECONDS = 3.0  # --steps auto: as many steps as take about this long at the simulated step time
+AUTO_STEPS = (3, 200)  # ... at least and at most
+UNPRICED_STEPS = 3  # --steps auto where the run is not priced before it runs (torchrun's ranks, DeepSpeed alone)
+
+
+def real_options(args) -> tuple[int | None, float, int, str, str]:
+    """--steps (None for auto), --timeout, --seed, --backend and --collectives, checked."""
+    steps = None if str(args.steps).strip().lower() == "auto" else units.positive_int(args.steps, "--steps")
     timeout = units.positive(args.timeout, "--timeout")
     seed = units.positive_int(args.seed, "--seed", minimum=0)
     backend = args.backend.strip().lower()
@@ -34,6 +40,14 @@ def real_options(args) -> tuple[int, float, int, str, str]:
     if collectives not in COLLECTIVES:
         raise SimparError(f"--collectives: must be one of {', '.join(COLLECTIVES)}, got {args.collectives!r}")
     return steps, timeout, seed, backend, collectives
+
+
+def auto_steps(step_time: float) -> int:
+    """Steps for --steps auto: the first (a warm-up, left out) and about ``AUTO_SECONDS`` of timed ones. A
+    CPU's step times move by tens of percent from step to step: two timed steps of a 10 ms step read it
+    anywhere within a factor of two, a few seconds of them steadily."""
+    least, most = AUTO_STEPS
+    return min(most, max(least, 1 + math.ceil(AUTO_SECONDS / max(step_time, 1e-6))))
 
 
 def run_and_compare(args, scenario: Scenario, notes: list[str] = ()) -> int:
@@ -47,7 +61,9 @@ def run_and_compare(args, scenario: Scenario, notes: list[str] = ()) -> int:
     if deepspeed and scenario.strategy.offload_params:  # DeepSpeed alone: simpar's executor cannot perform it
         from simpar.cli.run_deepspeed import deepspeed_alone
 
-        return deepspeed_alone(args, scenario, steps, seed, timeout, list(notes))
+        return deepspeed_alone(args, scenario, steps or UNPRICED_STEPS, seed, timeout, list(notes))
+    priced = price(args, scenario)
+    steps = steps or auto_steps(priced[2].step_time_s)
     with tqdm(total=world * steps, desc=f"{world} ranks x {steps} steps", unit="step", file=sys.stderr,
               disable=None, leave=False) as bar:  # disable=None: no bar when stderr is not a terminal
         real = run_real(scenario, steps, seed, timeout, backend, progress=lambda done: bar.update(done - bar.n),
@@ -57,16 +73,23 @@ def run_and_compare(args, scenario: Scenario, notes: list[str] = ()) -> int:
         from simpar.cli.run_deepspeed import deepspeed_beside
 
         beside = deepspeed_beside(args, scenario, real["losses"], steps, seed, timeout)
-    return report(args, scenario, real, backend, list(notes), beside)
+    return report(args, scenario, real, backend, list(notes), beside, priced=priced)
 
 
-def report(args, scenario: Scenario, real: dict, backend: str, notes: list[str], beside: dict | None = None,
-           calibrate_now: bool = True) -> int:
-    """Simulate the scenario on this machine's profile and print (or write) it beside ``real``
+def price(args, scenario: Scenario, calibrate_now: bool = True) -> tuple:
+    """(topology, the line saying which, the simulated step) of the scenario on this machine's profile
     (``calibrate_now``: ``machine_topology``'s)."""
     topology, note = machine_topology(args, scenario, calibrate_now)
     simulated = simulate(scenario, topology=topology, replay=not args.no_replay, serial=True,
                          record_links=bool(args.trace))
+    return topology, note, simulated
+
+
+def report(args, scenario: Scenario, real: dict, backend: str, notes: list[str], beside: dict | None = None,
+           calibrate_now: bool = True, priced: tuple | None = None) -> int:
+    """Print (or write) the scenario simulated on this machine's profile (``priced``, else ``price``) beside
+    ``real``."""
+    topology, note, simulated = priced or price(args, scenario, calibrate_now)
     sim = simulated.to_json(timeline=args.memory_timeline, ops=args.op_timeline)
     # the measured step's model FLOP/s and MFU, against the peak of the device the simulator gave the ranks
     real = {**real, **utilisation(scenario, real["step_time_s"], topology)}

@@ -115,6 +115,9 @@ def _entry(rank, world, port, backend, timeout, worker, args, results, ops, step
         dist.init_process_group(backend, rank=rank, world_size=world, timeout=timedelta(seconds=timeout))
         ctx._set("")
         results.put((rank, "ok", _portable(worker(ctx, *args), torch.Tensor, lambda t: t.detach().cpu().numpy())))
+        # no rank leaves before every rank has joined: a rank whose group is still connecting its pairs fails
+        # when a peer that returned at once closes them ("connectFullMesh failed ... closed by peer")
+        dist.barrier()
     except BaseException as exc:  # report everything, including SystemExit from the worker
         text = f"{type(exc).__name__}: {exc}".strip()
         results.put((rank, "error", text, traceback.format_exc(limit=6)))
@@ -156,7 +159,7 @@ def _rank_context():
     if "forkserver" not in mp.get_all_start_methods():
         return mp.get_context("spawn")
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload([__name__])
+    ctx.set_forkserver_preload([__name__, "simpar.real.prewarm"])
     return ctx
 
 

@@ -20,7 +20,7 @@ import torch.distributed as dist
 
 from simpar.cli import build_parser
 from simpar.cli.run import scenario_and_notes
-from simpar.cli.run_compare import real_options, report
+from simpar.cli.run_compare import UNPRICED_STEPS, real_options, report
 from simpar.errors import SimparError
 from simpar.real.allocator import keep_freed_memory
 from simpar.real.compare import real_json
@@ -32,6 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(["run", *(sys.argv[1:] if argv is None else argv), "--compare-real"])
     scenario, notes = scenario_and_notes(args)
     steps, timeout, seed, backend, collectives = real_options(args)
+    steps = steps or UNPRICED_STEPS  # auto: rank 0 prices the run only after it, outside the group
     check_supported(scenario)
     rank, world = int(os.environ.get("RANK", "-1")), int(os.environ.get("WORLD_SIZE", "0"))
     if rank < 0:

@@ -25,7 +25,7 @@ COLLECTIVES = ("explicit", "native")
 
 AUTO_SECONDS = 3.0  # --steps auto: as many steps as take about this long at the simulated step time
 AUTO_STEPS = (3, 200)  # ... at least and at most
-UNPRICED_STEPS = 3  # --steps auto where the run is not priced before it runs (torchrun's ranks, DeepSpeed alone)
+UNPRICED_STEPS = 3  # --steps auto where the run is not priced before it runs (torchrun's ranks) or beside DeepSpeed
 
 
 def real_options(args) -> tuple[int | None, float, int, str, str]:
@@ -63,7 +63,8 @@ def run_and_compare(args, scenario: Scenario, notes: list[str] = ()) -> int:
 
         return deepspeed_alone(args, scenario, steps or UNPRICED_STEPS, seed, timeout, list(notes))
     priced = price(args, scenario)
-    steps = steps or auto_steps(priced[2].step_time_s)
+    # DeepSpeed's own steps beside take many times simpar's: auto is the fixed few there
+    steps = steps or (UNPRICED_STEPS if deepspeed else auto_steps(priced[2].step_time_s))
     with tqdm(total=world * steps, desc=f"{world} ranks x {steps} steps", unit="step", file=sys.stderr,
               disable=None, leave=False) as bar:  # disable=None: no bar when stderr is not a terminal
         real = run_real(scenario, steps, seed, timeout, backend, progress=lambda done: bar.update(done - bar.n),

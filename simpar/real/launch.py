@@ -116,8 +116,12 @@ def _entry(rank, world, port, backend, timeout, worker, args, results, ops, step
         ctx._set("")
         results.put((rank, "ok", _portable(worker(ctx, *args), torch.Tensor, lambda t: t.detach().cpu().numpy())))
         # no rank leaves before every rank has joined: a rank whose group is still connecting its pairs fails
-        # when a peer that returned at once closes them ("connectFullMesh failed ... closed by peer")
-        dist.barrier()
+        # when a peer that returned at once closes them ("connectFullMesh failed ... closed by peer"). This rank
+        # has reported: a peer that never comes is the peer's failure (named by the parent), not this one's
+        try:
+            dist.barrier()
+        except RuntimeError:
+            pass
     except BaseException as exc:  # report everything, including SystemExit from the worker
         text = f"{type(exc).__name__}: {exc}".strip()
         results.put((rank, "error", text, traceback.format_exc(limit=6)))

@@ -35,7 +35,9 @@ RING_SIZES = [2**k for k in range(12, 22)]  # 4 KiB to 2 MiB
 PATTERN_SIZES = [2**12, 2**18, 2**21]  # 4 KiB to 2 MiB: a TP activation to a DDP bucket
 PHASE_SECONDS = 12.0  # phase_worker's loops at the default 10 repeats: seconds average the cores' states
 OPTIMIZER_PARAMS = [2**14, 2**18, 2**20]
-MIN_PASSES = 3  # one-rank compute passes a calibration takes at least (one before and between the world sizes)
+# one-rank compute passes a calibration takes at least (one before and between the world sizes; a quick one
+# before and after them: two seconds that halve a drifting machine's pull on the units' price)
+MIN_PASSES, QUICK_PASSES = 3, 2
 QUICK_REPEATS, QUICK_ROUNDS = 2, 2
 QUICK_RANKS_PER_CORE = 8  # a quick calibration measures a run's own world up to this many ranks a core
 LIGHT_UNITS = (1, 8, 32)  # the computes before a call a light measurement times (of phase_worker's PHASE_UNITS)
@@ -206,7 +208,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
         measured[world] = measure_world(world, precision, repeats, timeout, QUICK_ROUNDS if quick else 5)
         if not quick and index < len(worlds) - 1:  # compute passes spread between the worlds' measurements
             passes.append(compute_pass()["compute"])
-    while len(passes) < (1 if quick else MIN_PASSES):
+    while len(passes) < (QUICK_PASSES if quick else MIN_PASSES):
         passes.append(compute_pass()["compute"])
     alone = average_passes(passes)
     compute, scores, step = fit_compute(alone)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from simpar.calibrate import add_worlds, calibrate, default_path, quick_worlds
+from simpar.calibrate import QUICK_PASSES, add_worlds, calibrate, default_path, quick_worlds
 from simpar.calibrate.profile import VERSION, HardwareProfile
 from simpar.cli.common import is_gpu_profile
 from simpar.errors import SimparError
@@ -66,7 +66,7 @@ def _measure(path: str, precision: str, full: tuple[int, ...], light: tuple[int,
     print(f"no profile of this machine for {worlds} ranks yet: measuring it (about half a minute; 'simpar "
           f"calibrate' takes the full profile)", file=sys.stderr)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    stages = len(full) + len(light) + (0 if cached else 1)
+    stages = len(full) + len(light) + (0 if cached else QUICK_PASSES)
     with tqdm(total=stages, desc="calibrating", unit="stage", file=sys.stderr, disable=None) as bar:
         tick = lambda message: bar.update()  # noqa: E731
         if cached:

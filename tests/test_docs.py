@@ -88,8 +88,11 @@ def test_documented_command_runs(tmp_path, command, fails):
         pytest.skip("needs the deepspeed extra: pip install 'simpar[deepspeed]'")
     for name in LINKED:
         (tmp_path / name).symlink_to(ROOT / name)
-    # the session's private cache (conftest.py): as on a user's machine, only the first --compare-real calibrates
+    # the session's private cache (conftest.py): as on a user's machine, only the first --compare-real calibrates;
+    # and as there, DeepSpeed's CPU Adam is built once, not under each test's home (half a minute a build)
+    extensions = os.environ.get("TORCH_EXTENSIONS_DIR", str(Path.home() / ".cache" / "torch_extensions"))
     env = dict(os.environ, HOME=str(tmp_path), SIMPAR_CACHE=os.environ["SIMPAR_CACHE"], MPLBACKEND="Agg",
+               TORCH_EXTENSIONS_DIR=extensions,
                PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
     result = subprocess.run(["bash", "-c", run], cwd=tmp_path, env=env, capture_output=True, text=True,
                             timeout=600, stdin=subprocess.DEVNULL)

@@ -35,9 +35,7 @@ RING_SIZES = [2**k for k in range(12, 22)]  # 4 KiB to 2 MiB
 PATTERN_SIZES = [2**12, 2**18, 2**21]  # 4 KiB to 2 MiB: a TP activation to a DDP bucket
 PHASE_SECONDS = 12.0  # phase_worker's loops at the default 10 repeats: seconds average the cores' states
 OPTIMIZER_PARAMS = [2**14, 2**18, 2**20]
-# one-rank compute passes a calibration takes at least (one before and between the world sizes; a quick one
-# before and after them: two seconds that halve a drifting machine's pull on the units' price)
-MIN_PASSES, QUICK_PASSES = 3, 2
+MIN_PASSES, QUICK_PASSES = 3, 2  # one-rank compute passes: before, between and after the worlds (a drifting machine)
 QUICK_REPEATS, QUICK_ROUNDS = 2, 2
 QUICK_RANKS_PER_CORE = 8  # a quick calibration measures a run's own world up to this many ranks a core
 LIGHT_UNITS = (1, 8, 32)  # the computes before a call a light measurement times (of phase_worker's PHASE_UNITS)
@@ -82,8 +80,7 @@ def _ranks_worker(ctx, precision: str, repeats: int, rounds: int) -> dict:
 
 
 def _light_worker(ctx, precision: str, repeats: int, rounds: int) -> dict:
-    """A light measurement of a world: the step's pattern at the smallest and largest size, in series, and the
-    calls after long computes (``LIGHT_UNITS``)."""
+    """The step's pattern at the smallest and largest size in series, and calls after ``LIGHT_UNITS`` units."""
     return {"pattern": pattern_worker(ctx, PATTERN_SIZES[::2], repeats, rounds=1, counts=(SERIES,), least=2),
             "phases": phase_worker(ctx, PHASE_SIZE, PHASE_SECONDS * repeats / 10, repeats, units=LIGHT_UNITS,
                                    short_loops=False)}
@@ -97,7 +94,8 @@ def pattern_rows(ranks: list[dict], world: int, resume: float = 0.0) -> list[dic
     return [{"op": op, "bytes": size, "calls": calls, "steps": ring_steps(op, world),
              "step_bytes": step_bytes(op, size, world),
              "seconds": max(statistics.median(timings[f"{op}{size}x{calls}"]) - resume, 0.0)}
-            for op in PATTERN_OPS for size in PATTERN_SIZES for calls in (1, SERIES) if f"{op}{size}x{calls}" in timings]
+            for op in PATTERN_OPS for size in PATTERN_SIZES for calls in (1, SERIES)
+            if f"{op}{size}x{calls}" in timings]  # a light measurement times some of them
 
 
 def average_passes(passes: list[list[dict]]) -> list[dict]:
@@ -158,24 +156,18 @@ def measure_world(world: int, precision: str, repeats: int, timeout: float, roun
 
 
 def add_worlds(profile: HardwareProfile, precision: str, worlds: tuple[int, ...], light: tuple[int, ...] = (),
-               repeats: int = QUICK_REPEATS, timeout: float = 600.0, rounds: int = QUICK_ROUNDS,
-               progress=None) -> HardwareProfile:
-    """``profile`` with ``worlds`` measured in full and ``light`` ones light (a quick calibration's worlds
-    added to a cached profile)."""
+               repeats: int = QUICK_REPEATS, timeout: float = 600.0, progress=None) -> HardwareProfile:
+    """``profile`` with ``worlds`` measured in full and ``light`` ones light, as a quick calibration does."""
     say = progress or (lambda message: None)
     for world in sorted(set(worlds) | set(light)):
-        say(_stage(world, world in light))
-        _put(profile, world, measure_world(world, precision, repeats, timeout, rounds, light=world in light))
+        say(f"{world} ranks at once" + (", light" if world in light else ""))
+        _put(profile, world, measure_world(world, precision, repeats, timeout, QUICK_ROUNDS, light=world in light))
     return profile
 
 
-def _stage(world: int, light: bool) -> str:
-    return f"{world} ranks at once: collectives" + ("" if light else " and pipeline messages") + " after computing"
-
-
 def _put(profile: HardwareProfile, world: int, terms: dict) -> None:
-    """A world's measured terms into ``profile``, in place of any it had (a world measured light keeps no term
-    of an earlier measurement: what it did not measure is read from the nearest world that did)."""
+    """A world's terms into ``profile`` in place of all it had: what a light one did not measure is read from the
+    nearest world that did, not left over."""
     key = str(world)
     for table in PER_WORLD:
         getattr(profile, table).pop(key, None)
@@ -185,10 +177,10 @@ def _put(profile: HardwareProfile, world: int, terms: dict) -> None:
 
 
 def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repeats: int = 10,
-              timeout: float = 600.0, progress=None, quick: bool = False, light: tuple[int, ...] = ()) -> HardwareProfile:
+              timeout: float = 600.0, progress=None, quick: bool = False,
+              light: tuple[int, ...] = ()) -> HardwareProfile:
     """Run the micro-benchmarks and fit; ``progress(message)`` is told each stage. ``quick``: fewer models,
-    batches and repeats (about half a minute at 2 and 4 ranks); ``light``: worlds measured light
-    (``measure_world``) after the others."""
+    batches and repeats (about 20 s at 2 and 4 ranks); ``light``: worlds measured light after the others."""
     say = progress or (lambda message: None)
     repeats = QUICK_REPEATS if quick else repeats
     models, batches = (QUICK_MODELS, QUICK_BATCHES) if quick else (MODELS, BATCHES)
@@ -204,7 +196,7 @@ def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repe
     host = first["host"]
     measured = {}
     for index, world in enumerate(worlds):
-        say(_stage(world, False))
+        say(f"{world} ranks at once")
         measured[world] = measure_world(world, precision, repeats, timeout, QUICK_ROUNDS if quick else 5)
         if not quick and index < len(worlds) - 1:  # compute passes spread between the worlds' measurements
             passes.append(compute_pass()["compute"])

@@ -75,10 +75,9 @@ PATTERN_OPS = ("allgather", "allreduce", "handoff", "psreduce")
 def pattern_worker(ctx, sizes: list[int], repeats: int, rounds: int = 5,
                    counts: tuple[int, ...] = (1, SERIES), least: int = 4) -> dict:
     """Collectives as a step meets them: one unit's compute (``_unit_burst``), then ``m`` calls in a row (m in
-    ``counts``: 1 and ``SERIES``) of each of ``PATTERN_OPS``, every rank at once, repeated (at least ``least``
-    times a loop). Each loop is timed between
-    barriers right after the same loop without calls (each round against its neighbour, as the machine's
-    speed drifts): the difference is all the step pays for its calls, the wait for a peer included.
+    ``counts``: 1 and ``SERIES``) of each of ``PATTERN_OPS``, every rank at once, at least ``least`` times a
+    loop. Each loop is timed between barriers right after the same loop without calls (each round against its
+    neighbour, as the machine's speed drifts): the difference is all the step pays for its calls, waits included.
     {"<op><bytes>x<m>": [s beyond the compute, per round], "base": [s of the compute alone], "compute" /
     "compute_base": [s of each burst after a call / in the loops without], "series" / "series_ps": [[compute
     end, each call's end] per repetition of a ring / Worker-Server series, on the one monotonic clock]}."""
@@ -145,10 +144,10 @@ SHORT_REPS, SHORT_WARMUP = 60, 20
 def phase_worker(ctx, size: int, seconds: float = 8.0, repeats: int = 3, short_size: int | None = None,
                  units: tuple[int, ...] = PHASE_UNITS, short_loops: bool = True) -> dict:
     """How a call's cost grows with the compute before it (the ranks' lag behind each other grows with it):
-    the unit computed ``units`` times in a row, then one ring all-reduce of ``size`` bytes; and with ``short_loops``
-    the short loops (``SHORT_LOOPS``: tensor-parallel pieces' computes), then one of ``short_size``. Every rank at once,
-    the loops interleaved round by round until ``seconds`` have passed. {loop: [[compute start, compute end,
-    call end] per repetition]} on the machine's one monotonic clock (``phase_cost``)."""
+    the unit computed ``units`` times in a row, then one ring all-reduce of ``size`` bytes; and with
+    ``short_loops`` the short loops (``SHORT_LOOPS``: tensor-parallel pieces' computes), then one of
+    ``short_size``. Every rank at once, the loops interleaved round by round until ``seconds`` have passed.
+    {loop: [[compute start, compute end, call end] per repetition]} on the one monotonic clock (``phase_cost``)."""
     comm, group = CountingComm(ctx.rank), list(range(ctx.world))
     unit = _unit_burst()
     flat = torch.zeros(max(size // 4, ctx.world))

@@ -33,8 +33,8 @@ def rise_fit(phases: list[float], calls: list[float]) -> list[float]:
 
 
 def wake_curve(ranks: list[dict], kind: str = "") -> tuple[list[float], list[float], dict]:
-    """(the compute before the call of each of ``phase_worker``'s ``PHASE_UNITS`` loops it ran, what the call costs
-    beyond the first loop's by ``rise_fit``, the calls as measured)."""
+    """(the compute before the call of each ``PHASE_UNITS`` loop ``phase_worker`` ran, what the call costs beyond
+    the first loop's by ``rise_fit``, the calls as measured)."""
     loops = [f"{kind}{units}" for units in PHASE_UNITS if f"{kind}{units}" in ranks[0]["phases"]]
     points = [phase_cost([r["phases"][loop] for r in ranks]) for loop in loops]
     phases, calls = [p for p, _ in points], [c for _, c in points]

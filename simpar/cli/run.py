@@ -99,7 +99,8 @@ def register(sub) -> None:
                            "and show simulated and measured figures side by side")
     real.add_argument("--steps", default="auto",
                       help="training steps to run for real; the first is a warm-up, left out of the step time "
-                           "(default auto: about 3 s of steps at the simulated step time, 3 to 200; 3 beside --engine deepspeed)")
+                           "(default auto: about 3 s of steps at the simulated step time, 3 to 200; 3 beside "
+                           "--engine deepspeed)")
     real.add_argument("--backend", default="gloo", help="torch.distributed backend: gloo (CPU, default) or nccl")
     real.add_argument("--timeout", default="600", help="seconds before a hung run is aborted (default 600)")
     real.add_argument("--seed", default="0", help="seed of the model's weights and the token batches")

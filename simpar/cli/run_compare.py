@@ -16,6 +16,7 @@ from simpar.cli.machine import machine_topology
 from simpar.errors import SimparError
 from simpar.plan import OP_CLASSES
 from simpar.real.compare import MEMORY_ROWS, comparison, run_real
+from simpar.real.executor import check_supported
 from simpar.scenario import Scenario
 from simpar.sim import simulate
 
@@ -62,6 +63,7 @@ def run_and_compare(args, scenario: Scenario, notes: list[str] = ()) -> int:
         from simpar.cli.run_deepspeed import deepspeed_alone
 
         return deepspeed_alone(args, scenario, steps or UNPRICED_STEPS, seed, timeout, list(notes))
+    check_supported(scenario)  # before the run is priced: pricing may calibrate this machine first
     priced = price(args, scenario)
     # DeepSpeed's own steps beside take many times simpar's: auto is the fixed few there
     steps = steps or (UNPRICED_STEPS if deepspeed else auto_steps(priced[2].step_time_s))

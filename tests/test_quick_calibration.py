@@ -59,3 +59,25 @@ def test_a_world_measured_again_replaces_its_terms_and_keeps_the_others(monkeypa
     calibration.add_worlds(profile, "fp32", (), (16,))
     assert profile.ring == {"2": [1.0, 1.0], "16": [3.0, 3.0]} and profile.wake == {"16": 0.5}
     assert profile.late_recv == {"2": 1.0} and profile.samples["shared"]["16"] == {"pattern": []}
+
+
+def test_auto_steps_run_about_three_seconds_of_steps_within_bounds():
+    from simpar.cli.run_compare import AUTO_SECONDS, AUTO_STEPS, auto_steps
+
+    assert AUTO_SECONDS == 3.0 and AUTO_STEPS == (3, 200)
+    assert auto_steps(0.2) == 16 and auto_steps(0.05) == 61  # the warm-up and 3 s of timed steps
+    assert auto_steps(10.0) == 3 and auto_steps(1e-3) == 200  # a long step: 3; a short one: at most 200
+
+
+@pytest.mark.slow
+def test_a_light_measurement_times_the_collectives_terms_only():
+    """What a quick calibration measures of a world of many ranks a core, here at 2 ranks: the pattern's
+    terms and the wake's curve over the light loops, no pipeline or tensor-parallel terms."""
+    from simpar.calibrate import LIGHT_UNITS, QUICK_REPEATS, measure_world
+    from simpar.calibrate.profile import PER_WORLD
+
+    terms = measure_world(2, "fp32", QUICK_REPEATS, 120, light=True)
+    assert set(terms) - {"shared"} == set(PER_WORLD) - {"wake_short", "resume_after_recv", "late_recv"}
+    alpha, bandwidth = terms["ring"]
+    assert alpha > 0 and bandwidth > 0 and len(terms["wake_curve"][0]) == len(LIGHT_UNITS)
+    assert {row["calls"] for row in terms["shared"]["pattern"]} == {4}

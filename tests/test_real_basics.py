@@ -116,6 +116,23 @@ def test_a_hanging_rank_is_killed_at_the_timeout_naming_rank_and_op():
     assert _children_of_this_process() == [] and multiprocessing.active_children() == []
 
 
+@pytest.mark.slow
+def test_ranks_inherit_the_workers_modules_and_a_first_backward_and_size_their_own_threads():
+    """The fork server (prewarm.py) imported the rank workers and ran the autograd pass that imports torch.fx's
+    symbolic shapes: no rank pays either itself (16 ranks' worth on 2 cores)."""
+    for rank in launch(probes.inherited_worker, 2, (), timeout=60):
+        assert rank["modules"] == ["simpar.real.executor", "simpar.calibrate", "torch.fx.experimental.symbolic_shapes"]
+        assert rank["threads"] == 1
+
+
+@pytest.mark.slow
+def test_ranks_that_return_at_once_all_join_before_any_leaves():
+    """A rank that returns right after joining must not close its pairs under a peer still connecting them
+    (gloo's "connectFullMesh failed ... closed by peer"): the closing barrier holds every rank until all joined."""
+    for _ in range(5):
+        assert launch(probes.returning_worker, 8, (), timeout=60) == list(range(8))
+
+
 @pytest.mark.parametrize("shared", ["ctypes", "bytearray"])
 def test_an_op_label_reads_back_whole_after_a_longer_one_and_clears(shared):
     """The label a fault names: each rank's own slot, a shorter label over a longer one read without its tail,

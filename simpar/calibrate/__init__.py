@@ -6,7 +6,7 @@ and copies. Then k = 2, 4, 8... ranks at once: the executor's ring back to back,
 messages in the step's pattern (a unit's compute, then one or several calls), and calls after computes from a
 tensor-parallel piece to a whole step. Nothing runs a strategy: ``simpar validate`` judges the profile on
 strategies the fit never saw. Profiles are cached per machine, torch version and precision (``default_path``),
-so ``simpar run --compare-real`` picks them up; ``quick`` takes the few minutes down to about half a minute.
+so ``simpar run --compare-real`` picks them up; ``quick`` takes the few minutes down to under half a minute.
 """
 
 from __future__ import annotations

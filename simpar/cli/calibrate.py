@@ -23,7 +23,7 @@ def register(sub) -> None:
     p.add_argument("--precision", default="fp32", help="fp32 (default) or bf16-mixed")
     p.add_argument("--repeats", default="10", help="runs per timed round (5 rounds, median; default 10)")
     p.add_argument("--quick", action="store_true",
-                   help="gloo: fewer models, batches and repeats (about half a minute at 2 and 4 ranks): what "
+                   help="gloo: fewer models, batches and repeats (about 20 s at 2 and 4 ranks): what "
                         "--compare-real measures when this machine has no profile yet")
     p.add_argument("--out", help="where to save the profile (default: this machine's cache, used by "
                                  "--compare-real)")

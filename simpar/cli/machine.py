@@ -18,7 +18,7 @@ from simpar.scenario import Scenario
 
 def machine_topology(args, scenario: Scenario, calibrate_now: bool = True):
     """The machine the ranks run on: --hardware, else this machine's cached profile (``simpar calibrate``'s, or
-    a quick one measured now, about half a minute, and cached for the next run); with a line saying which.
+    the worlds it lacks measured now, under half a minute, and cached for the next run); with a line saying which.
     Without ``calibrate_now`` (a rank under torchrun, inside its process group, whose machines may be several)
     a missing profile is priced with simpar's rough built-in CPU figures instead, and the line says so."""
     world, precision = scenario.cluster.gpus, scenario.train.precision
@@ -63,7 +63,7 @@ def _measure(path: str, precision: str, full: tuple[int, ...], light: tuple[int,
     none), saved there, with a progress bar."""
     worlds = ", ".join(map(str, sorted(full + light)))
     cached = bool(measured_worlds(path))
-    print(f"no profile of this machine for {worlds} ranks yet: measuring it (about half a minute; 'simpar "
+    print(f"no profile of this machine for {worlds} ranks yet: measuring it (under half a minute; 'simpar "
           f"calibrate' takes the full profile)", file=sys.stderr)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     stages = len(full) + len(light) + (0 if cached else QUICK_PASSES)

@@ -62,3 +62,17 @@ def hanging_worker(ctx, bad_rank: int) -> int:
         if ctx.rank == bad_rank:
             time.sleep(3600)
     return ctx.rank
+
+
+def inherited_worker(ctx) -> dict:
+    """What a forked rank finds already done by the fork server (prewarm.py), before it does anything itself."""
+    import sys
+
+    return {"modules": [name for name in ("simpar.real.executor", "simpar.calibrate",
+                                          "torch.fx.experimental.symbolic_shapes") if name in sys.modules],
+            "threads": torch.get_num_threads()}
+
+
+def returning_worker(ctx) -> int:
+    """Returns at once: a rank that leaves while its peers may still be joining the group."""
+    return ctx.rank

@@ -171,9 +171,10 @@ def _put(profile: HardwareProfile, world: int, terms: dict) -> None:
     key = str(world)
     for table in PER_WORLD:
         getattr(profile, table).pop(key, None)
-    profile.samples.setdefault("shared", {})[key] = terms.pop("shared")
+    profile.samples.setdefault("shared", {})[key] = terms["shared"]
     for table, value in terms.items():
-        getattr(profile, table)[key] = value
+        if table != "shared":
+            getattr(profile, table)[key] = value
 
 
 def calibrate(precision: str = "fp32", worlds: tuple[int, ...] = (2, 4, 8), repeats: int = 10,

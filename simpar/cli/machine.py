@@ -27,14 +27,14 @@ def machine_topology(args, scenario: Scenario, calibrate_now: bool = True):
         raise SimparError("--hardware: a GPU profile prices simulated GPU clusters; --compare-real runs these "
                           "ranks on this machine's CPU and needs a CPU profile (simpar calibrate) or none")
     if args.hardware is None:
-        missing = missing_worlds(path, world)
-        if missing and not calibrate_now and not measured_worlds(path):
+        cached, missing = measured_worlds(path), missing_worlds(path, world)
+        if missing and not calibrate_now and not cached:
             from simpar.real.cpu_profile import cpu_topology
 
             return cpu_topology(world), ("no profile of this machine: the simulator priced this run with simpar's "
                                          "rough built-in CPU figures (run 'simpar calibrate' first for measured ones)")
         if missing and calibrate_now:
-            _measure(path, precision, *missing)
+            _measure(path, precision, *missing, cached=bool(cached))
     profile = HardwareProfile.load(path)
     kind = "a quick calibration" if profile.machine.get("quick") else "simpar calibrate"
     note = f"the simulator priced this run with the hardware profile {path} ({kind}: micro-benchmarks of this machine)"
@@ -58,11 +58,10 @@ def missing_worlds(path: str, world: int) -> tuple[tuple[int, ...], tuple[int, .
     return (full, light) if full or light else None
 
 
-def _measure(path: str, precision: str, full: tuple[int, ...], light: tuple[int, ...]) -> None:
-    """A quick calibration of the worlds missing from the cached profile at ``path`` (all of it where there is
+def _measure(path: str, precision: str, full: tuple[int, ...], light: tuple[int, ...], cached: bool) -> None:
+    """A quick calibration of the worlds missing from the ``cached`` profile at ``path`` (all of it where there is
     none), saved there, with a progress bar."""
     worlds = ", ".join(map(str, sorted(full + light)))
-    cached = bool(measured_worlds(path))
     print(f"no profile of this machine for {worlds} ranks yet: measuring it (under half a minute; 'simpar "
           f"calibrate' takes the full profile)", file=sys.stderr)
     Path(path).parent.mkdir(parents=True, exist_ok=True)

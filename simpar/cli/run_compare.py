@@ -64,7 +64,7 @@ def run_and_compare(args, scenario: Scenario, notes: list[str] = ()) -> int:
 
         return deepspeed_alone(args, scenario, steps or UNPRICED_STEPS, seed, timeout, list(notes))
     check_supported(scenario)  # before the run is priced: pricing may calibrate this machine first
-    priced = price(args, scenario)
+    priced = price(args, scenario)  # (topology, note, simulated)
     # DeepSpeed's own steps beside take many times simpar's: auto is the fixed few there
     steps = steps or (UNPRICED_STEPS if deepspeed else auto_steps(priced[2].step_time_s))
     with tqdm(total=world * steps, desc=f"{world} ranks x {steps} steps", unit="step", file=sys.stderr,

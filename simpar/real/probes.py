@@ -3,6 +3,7 @@ faults (a rank that raises, one that hangs) for the teardown tests."""
 
 from __future__ import annotations
 
+import sys
 import time
 
 import torch
@@ -66,8 +67,6 @@ def hanging_worker(ctx, bad_rank: int) -> int:
 
 def inherited_worker(ctx) -> dict:
     """What a forked rank finds already done by the fork server (prewarm.py), before it does anything itself."""
-    import sys
-
     return {"modules": [name for name in ("simpar.real.executor", "simpar.calibrate",
                                           "torch.fx.experimental.symbolic_shapes") if name in sys.modules],
             "threads": torch.get_num_threads()}

@@ -214,11 +214,23 @@ class Program:
 @dataclass(frozen=True)
 class Grid:
     """Ranks laid out as pp x dp x tp, tensor-parallel fastest (so a TP group shares a node, as
-    Megatron places it), then data-parallel, then pipeline stage."""
+    Megatron places it), then data-parallel, then pipeline stage. The dp ranks may be carved into
+    contiguous blocks of ``ep`` (expert parallelism: groups "ep", and "edp" across the blocks) and of
+    ``shard`` (hybrid sharding, ZeRO++'s hpZ: groups "shard", and "replica" across them)."""
 
     dp: int = 1
     pp: int = 1
     tp: int = 1
+    ep: int = 1
+    shard: int = 1
+
+    @property
+    def edp(self) -> int:
+        return self.dp // self.ep
+
+    @property
+    def replica(self) -> int:
+        return self.dp // self.shard
 
     @property
     def world(self) -> int:
@@ -246,6 +258,13 @@ class Grid:
             return tuple(self.rank(stage, d, i) for i in range(self.tp))
         if kind == "pp":
             return tuple(self.rank(s, d, t) for s in range(self.pp))
+        if kind in ("ep", "shard"):  # the contiguous block of dp indices holding d
+            size = self.ep if kind == "ep" else self.shard
+            first = d - d % size
+            return tuple(self.rank(stage, i, t) for i in range(first, first + size))
+        if kind in ("edp", "replica"):  # the same place in every block
+            size = self.ep if kind == "edp" else self.shard
+            return tuple(self.rank(stage, i, t) for i in range(d % size, self.dp, size))
         raise ValueError(f"unknown group kind {kind!r}")
 
     def peer(self, rank: int, direction: str) -> int:

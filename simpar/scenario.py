@@ -12,7 +12,7 @@ from simpar.errors import SimparError
 from simpar.models import ModelSpec
 from simpar.train import TrainSpec
 
-DATA_PARALLEL = ("dp", "ddp", "zero1", "zero2", "zero3", "zero2-offload", "zero3-offload", "zero3-infinity")
+DATA_PARALLEL = ("dp", "ddp", "zero1", "zero2", "zero3", "zero2-offload", "zero3-offload", "zero3-infinity", "hsdp")
 MODEL_PARALLEL = ("pp", "tp", "3d")
 STRATEGY_NAMES = DATA_PARALLEL + MODEL_PARALLEL
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
@@ -61,6 +61,23 @@ class StrategySpec:
     param_persistence_threshold: int = 0
     max_live_parameters: int | None = None
     sub_group_size: int | None = None
+    # Mixture-of-Experts: each MoE layer's experts split over ep ranks of the data-parallel group (an
+    # all-to-all sends each token to its experts' rank and back); their gradients are reduced over the
+    # dp / ep ranks holding the same experts. The busiest expert's load over the mean (1: uniform routing)
+    ep: int = 1
+    expert_imbalance: float = 1.0
+    alltoall_algo: str = "pairwise"  # pairwise | hierarchical
+    # ZeRO++ (Wang et al. 2023), zero3: int8 weights in the forward all-gather (qwZ), a secondary partition of
+    # the weights over this many ranks of a node for the backward all-gather (hpZ; 0 off), int4 gradients in
+    # a hierarchical reduce-scatter (qgZ). hsdp: the ranks one shard spans (None: a node's GPUs)
+    zeropp_qwz: bool = False
+    zeropp_hpz: int = 0
+    zeropp_qgz: bool = False
+    shard_size: int | None = None
+
+    @property
+    def zeropp(self) -> bool:
+        return self.zeropp_qwz or self.zeropp_qgz or self.zeropp_hpz > 1
 
 
 @dataclass(frozen=True)
@@ -83,8 +100,15 @@ class Scenario:
     def gather_granularity(self) -> str:
         """ZeRO-3's unit of all-gather: module or layer (see StrategySpec)."""
         spec = self.strategy
-        by_module = spec.name == "zero3" or (spec.deepspeed_habits and spec.name == "zero3-offload")  # DeepSpeed's
+        by_module = (spec.name == "zero3" and not spec.zeropp) or (spec.deepspeed_habits and spec.name == "zero3-offload")
         return spec.gather_granularity or ("module" if by_module else "layer")
+
+    @property
+    def node_gpus(self) -> int:
+        """GPUs of one node of the cluster (all of them on one machine)."""
+        from simpar.topologies.builders import node_size
+
+        return node_size(self.cluster.topology, self.cluster.gpus)
 
     @property
     def grad_bytes(self) -> int:
@@ -156,6 +180,9 @@ def make_scenario(model: ModelSpec, strategy: str = "ddp", gpus: int = 8, *, top
                           f"microbatches {microbatches} = {micro_batch * dp * microbatches}; give one of them")
     train = TrainSpec(global_batch=global_batch, micro_batch=micro_batch, precision=precision, optimizer=optimizer)
     scenario = Scenario(model, train, spec, ClusterSpec(topology, gpus, bandwidth, latency, device))
+    if spec.zeropp_hpz and scenario.node_gpus % spec.zeropp_hpz:
+        raise SimparError(f"--zeropp-hpz: a secondary partition of {spec.zeropp_hpz} ranks does not divide the "
+                          f"node's {scenario.node_gpus} GPUs")
     m = scenario.microbatches  # checks that the batch splits evenly
     if spec.schedule == "interleaved" and pp > 1 and m % pp:
         raise SimparError(f"--microbatches: the interleaved schedule needs micro-batches ({m}) to be a "
@@ -195,6 +222,9 @@ def _check_model_split(model: ModelSpec, spec: StrategySpec) -> None:
         raise SimparError(f"--prefetch: must be 0 or more, got {spec.prefetch}")
     if spec.bucket_bytes < 1:
         raise SimparError(f"--bucket: must be positive, got {spec.bucket_bytes}")
+    from simpar.strategies.layout import check_layout
+
+    check_layout(model, spec)
     chunks = spec.pp * spec.virtual_stages
     if model.layers % chunks:
         raise SimparError(f"--pp: {model.name} has {model.layers} layers, which do not split evenly over "

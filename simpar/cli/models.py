@@ -42,13 +42,16 @@ def register(sub) -> None:
 
 
 def list_models(args) -> int:
-    rows = [{"name": m.name, "params": m.params} for m in PRESETS.values()]
+    rows = [{"name": m.name, "params": m.params, "active_params": m.active_params, "experts": m.experts,
+             "top_k": m.top_k if m.experts else 0} for m in PRESETS.values()]
     if args.json and write_json(rows, args.json):
         return 0
-    print(f"  {'name':<13}{'params':>17}{'layers':>8}{'hidden':>8}{'heads':>7}{'kv':>5}{'ffn':>7}{'vocab':>8}{'seq':>6}")
+    print(f"  {'name':<17}{'params':>18}{'active':>18}{'layers':>7}{'hidden':>7}{'heads':>6}{'kv':>4}{'ffn':>7}"
+          f"{'experts':>9}{'vocab':>8}{'seq':>6}")
     for m in PRESETS.values():
-        print(f"  {m.name:<13}{m.params:>17,}{m.layers:>8}{m.hidden:>8}{m.heads:>7}{m.n_kv_heads:>5}"
-              f"{m.ffn:>7}{m.vocab:>8}{m.seq:>6}")
+        experts = f"{m.top_k}/{m.experts}" if m.experts else "-"
+        print(f"  {m.name:<17}{m.params:>18,}{m.active_params:>18,}{m.layers:>7}{m.hidden:>7}{m.heads:>6}"
+              f"{m.n_kv_heads:>4}{m.expert_width if m.experts else m.ffn:>7}{experts:>9}{m.vocab:>8}{m.seq:>6}")
     return 0
 
 

@@ -12,7 +12,7 @@ from typing import Callable
 
 import simpy
 
-from simpar.collectives import hierarchical, nvls, ring, tree, worker_server
+from simpar.collectives import alltoall, hierarchical, nvls, ring, tree, worker_server
 from simpar.collectives.schedule import Phase, Transfer, chunk_sizes, drop_empty, merge_phases
 from simpar.costs import nccl
 from simpar.engine import Network
@@ -21,6 +21,7 @@ from simpar.topologies.graph import Topology
 
 ALGO_ALIASES = {"worker-server": "ps", "ws": "ps", "parameter-server": "ps", "hier": "hierarchical"}
 OP_ALIASES = {"all-reduce": "allreduce", "reduce-scatter": "reducescatter", "all-gather": "allgather",
+              "all-to-all": "alltoall", "a2a": "alltoall",
               "sendrecv": "p2p", "send": "p2p"}
 
 
@@ -75,9 +76,13 @@ OPS: dict[str, dict[str, Expansion]] = {
         "ps": lambda c: worker_server.reduce(c.group, c.nbytes, c.root, c.topology.server),
         "tree": lambda c: tree.reduce(c.group, c.nbytes, c.root),
     },
+    "alltoall": {
+        "pairwise": lambda c: alltoall.pairwise(c.group, c.nbytes),
+        "hierarchical": lambda c: alltoall.hierarchical(c.group, c.nbytes, c.topology),
+    },
     "p2p": {"direct": _p2p},
 }
-DEFAULT_ALGO = {"p2p": "direct"}
+DEFAULT_ALGO = {"p2p": "direct", "alltoall": "pairwise"}
 
 # nccl-tests: busbw = algbw * factor, the per-rank link load an optimal algorithm needs.
 BUSBW_FACTOR: dict[str, Callable[[int], float]] = {
@@ -86,6 +91,7 @@ BUSBW_FACTOR: dict[str, Callable[[int], float]] = {
     "allgather": lambda n: (n - 1) / n,
     "broadcast": lambda n: 1.0,
     "reduce": lambda n: 1.0,
+    "alltoall": lambda n: (n - 1) / n,
     "p2p": lambda n: 1.0,
 }
 

@@ -46,6 +46,8 @@ class Shape:
     recompute: str = "none"
     flash_attention: bool = False
     itemsize: int = 2  # bytes per activation element
+    ep: int = 1  # expert-parallel degree (MoE layers)
+    imbalance: float = 1.0  # the busiest expert's load over the mean (MoE layers without a capacity factor)
 
 
 def _gemm(name, m, n, k, batch=1, w=2) -> Gemm:
@@ -115,6 +117,44 @@ class _Layer:
         return grads
 
 
+class _MoELayer(_Layer):
+    """An MoE layer (kind moe): attention as a dense layer's; the router (a T x experts x h GEMM, softmax and
+    top-k over fp32 logits) and the dispatch permutation; the rank's experts as one grouped GEMM (experts / ep
+    of them, each on its padded slots from every ep rank: models/moe.py); the combine (the weighted gather of
+    top_k outputs a token), the shared experts on every token, the residual. Parts (strategies/experts.py):
+    "attn", "experts", "combine"."""
+
+    def __init__(self, sh: Shape):
+        super().__init__(sh)
+        from simpar.models.moe import buffer_rows
+
+        mdl, w, T = sh.model, sh.itemsize, self.T
+        rows = buffer_rows(mdl, sh.micro_batch, sh.imbalance)
+        local = mdl.experts // sh.ep
+        gated = mdl.activation == "swiglu"
+        fe = mdl.expert_width
+        self.router = [_gemm("router", T, mdl.experts, self.h, w=w),
+                       MemoryBound("router softmax top-k", 3.0 * 4 * T * mdl.experts),
+                       MemoryBound("dispatch permute", 2.0 * rows * self.h * w)]
+        per = rows // local
+        self.experts = [_gemm("experts up", per, (2 if gated else 1) * fe, self.h, batch=local, w=w),
+                        MemoryBound("experts activation", (3 if gated else 2) * rows * fe * w),
+                        _gemm("experts down", per, self.h, fe, batch=local, w=w)]
+        shared = mdl.shared_experts * fe
+        self.combine = [MemoryBound("combine", (mdl.top_k + 1) * T * self.h * w + rows * self.h * w)]
+        if shared:
+            self.combine += [_gemm("shared up", T, (2 if gated else 1) * shared, self.h, w=w),
+                             MemoryBound("shared activation", (3 if gated else 2) * T * shared * w),
+                             _gemm("shared down", T, self.h, shared, w=w)]
+        self.combine.append(self.bda)
+
+    def forward(self, part: str) -> list[Kernel]:
+        attn = [self.ln, self.qkv, *self.core, self.out, self.bda, self.ln, *self.router]
+        parts = {"attn": attn, "experts": self.experts, "combine": self.combine}
+        parts[""] = attn + self.experts + self.combine
+        return parts[part]
+
+
 @lru_cache(maxsize=4096)
 def unit_kernels(sh: Shape, kind: str, phase: str, part: str = "") -> tuple[Kernel, ...]:
     """The kernels of one unit (kind: embedding, layer, head) in one phase (fwd, bwd) for one
@@ -123,8 +163,8 @@ def unit_kernels(sh: Shape, kind: str, phase: str, part: str = "") -> tuple[Kern
     T = sh.micro_batch * mdl.seq
     Tl = T // t if sh.sequence_parallel else T
     h, vocab = mdl.hidden, mdl.vocab_per_tp_rank(t)
-    if kind == "layer":
-        layer = _Layer(sh)
+    if kind in ("layer", "moe"):
+        layer = _Layer(sh) if kind == "layer" else _MoELayer(sh)
         return tuple(layer.forward(part) if phase == "fwd" else layer.backward(part))
     if kind == "embedding":
         gather = MemoryBound("embedding gather", 2.0 * T * h * w)

@@ -4,6 +4,8 @@ GPT-2 style (``model_type`` gpt2 or keys ``n_layer``/``n_embd``): LayerNorm, GEL
 positions, tied head, ``n_inner`` defaulting to 4 x hidden. LLaMA style (``model_type`` llama,
 mistral, qwen2... or keys ``num_hidden_layers``/``hidden_size``): RMSNorm, SwiGLU, rotary
 positions, ``tie_word_embeddings`` (default false), ``attention_bias``/``mlp_bias`` (default false).
+Mixture-of-Experts (``model_type`` mixtral or deepseek): ``num_local_experts`` / ``n_routed_experts``,
+``num_experts_per_tok``, ``moe_intermediate_size``, ``n_shared_experts``, ``first_k_dense_replace``.
 Keys simpar has no use for (dropout, token ids, rope scaling...) are listed as ignored, never dropped
 silently; a key that changes the parameter count in a way simpar does not model is an error.
 """
@@ -17,13 +19,15 @@ from simpar.errors import SimparError
 from simpar.models.spec import ModelSpec
 
 GPT2_TYPES = ("gpt2",)
-LLAMA_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "internlm2", "yi")
+LLAMA_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "internlm2", "yi", "mixtral", "deepseek")
 # keys read for each style: HF name -> meaning; the rest is reported as ignored
 _GPT2_KEYS = {"n_layer", "n_embd", "n_head", "n_inner", "vocab_size", "n_positions", "n_ctx",
               "activation_function", "tie_word_embeddings", "model_type"}
 _LLAMA_KEYS = {"num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads",
                "intermediate_size", "vocab_size", "max_position_embeddings", "hidden_act",
                "tie_word_embeddings", "attention_bias", "mlp_bias", "model_type", "head_dim"}
+_MOE_KEYS = {"num_local_experts", "n_routed_experts", "num_experts_per_tok", "moe_intermediate_size",
+             "n_shared_experts", "first_k_dense_replace", "moe_layer_freq"}
 
 
 def looks_like_config(name: str) -> bool:
@@ -84,11 +88,28 @@ def spec_from_config(config: dict, path: str = "config.json", seq: int | None = 
                          ffn=_need(config, "intermediate_size", path), vocab=_need(config, "vocab_size", path),
                          seq=seq or _need(config, "max_position_embeddings", path), activation="swiglu",
                          norm="rmsnorm", tied_embeddings=bool(config.get("tie_word_embeddings", False)),
-                         positions=0, bias=bool(config.get("attention_bias", False)))
-        known = _LLAMA_KEYS
+                         positions=0, bias=bool(config.get("attention_bias", False)), **_moe(config, path))
+        known = _LLAMA_KEYS | _MOE_KEYS
     ignored = sorted(set(config) - known)
     notes = [f"{path}: ignored keys (no effect on the simulation): {', '.join(ignored)}"] if ignored else []
     return spec, notes
+
+
+def _moe(config: dict, path: str) -> dict:
+    """ModelSpec's MoE fields from Mixtral's or DeepSeek-MoE's keys ({} for a dense model)."""
+    experts = config.get("num_local_experts") or config.get("n_routed_experts")
+    if not experts:
+        return {}
+    if config.get("moe_layer_freq", 1) != 1:
+        raise SimparError(f"--model: {path}: moe_layer_freq {config['moe_layer_freq']}: simpar models every layer "
+                          "after the dense ones as MoE")
+    fields = {"experts": _need(config, "num_local_experts" if "num_local_experts" in config else "n_routed_experts",
+                               path), "top_k": _need(config, "num_experts_per_tok", path)}
+    if "moe_intermediate_size" in config:
+        fields["expert_ffn"] = _need(config, "moe_intermediate_size", path)
+    fields["shared_experts"] = int(config.get("n_shared_experts") or 0)
+    fields["dense_layers"] = int(config.get("first_k_dense_replace") or 0)
+    return fields
 
 
 def load_config(path: str, seq: int | None = None) -> tuple[ModelSpec, list[str]]:

@@ -32,6 +32,16 @@ PRESETS: dict[str, ModelSpec] = {
         ModelSpec("llama2-7b", layers=32, hidden=4096, heads=32, ffn=11008, **_LLAMA2),
         ModelSpec("llama2-13b", layers=40, hidden=5120, heads=40, ffn=13824, **_LLAMA2),
         ModelSpec("llama2-70b", layers=80, hidden=8192, heads=64, kv_heads=8, ffn=28672, **_LLAMA2),
+        # Mixtral-8x7B (Jiang et al. 2024): 46.7 B parameters, 12.9 B active per token; routes without dropping
+        ModelSpec("mixtral-8x7b", layers=32, hidden=4096, heads=32, kv_heads=8, ffn=14336, experts=8, top_k=2,
+                  **_LLAMA2),
+        # DeepSeek-MoE 16B (Dai et al. 2024): 16.4 B parameters, 2.8 B active; 64 fine-grained experts of 1408
+        # (6 routed a token) and 2 shared, the first layer dense
+        ModelSpec("deepseek-moe-16b", layers=28, hidden=2048, heads=16, ffn=10944, experts=64, top_k=6,
+                  expert_ffn=1408, shared_experts=2, dense_layers=1, **{**_LLAMA2, "vocab": 102400}),
+        # an MoE small enough for real runs: 4 experts (ep 2 or 4), capacity-bound routing, untied head
+        ModelSpec("tiny-moe", layers=2, hidden=64, heads=4, ffn=128, vocab=256, seq=32, positions=32,
+                  tied_embeddings=False, experts=4, top_k=2, capacity_factor=1.5),
         ModelSpec("llama3-8b", layers=32, hidden=4096, heads=32, kv_heads=8, ffn=14336,
                   **{**_LLAMA2, "vocab": 128256, "seq": 8192}),
     ]

@@ -6,6 +6,14 @@ Counting rules (they reproduce the published counts exactly):
   MLP is 2 x hidden x ffn (GELU) or 3 x hidden x ffn (SwiGLU: gate, up, down);
   biases on every linear layer when ``bias``; two norms (LayerNorm: weight + bias, RMSNorm: weight);
 - a final norm; an output head of vocab x hidden unless tied to the embedding.
+
+Mixture-of-Experts (``experts`` > 0; Shazeer et al. 2017, GShard, Mixtral): after the first
+``dense_layers`` layers, each layer's MLP is a router (hidden x experts, no bias) and ``experts``
+expert MLPs of ``expert_ffn`` (plus ``shared_experts`` of the same size that see every token, as in
+DeepSeek-MoE). A token goes to its ``top_k`` experts. Parameters count every expert; FLOPs and the
+*active* parameters count the ``top_k`` routed and the shared ones. ``capacity_factor`` bounds each
+expert's tokens per sequence to ceil(factor x top_k x seq / experts) (GShard's padded buffers; the rest
+are dropped); None routes without dropping (Mixtral, DeepSeek-MoE).
 """
 
 from __future__ import annotations
@@ -13,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simpar.errors import SimparError
+from simpar.models.moe import check_moe
 
 ACTIVATIONS = ("gelu", "swiglu")
 NORMS = ("layernorm", "rmsnorm")
@@ -33,6 +42,12 @@ class ModelSpec:
     tied_embeddings: bool = True
     positions: int = 0  # learned position embeddings (GPT-2: 1024); 0 for rotary
     bias: bool = True
+    experts: int = 0  # routed experts per MoE layer; 0: a dense model
+    top_k: int = 2
+    expert_ffn: int = 0  # each expert's MLP width; 0: ffn
+    shared_experts: int = 0
+    dense_layers: int = 0  # the first layers keep a dense MLP of ffn (DeepSeek-MoE: 1)
+    capacity_factor: float | None = None
 
     def __post_init__(self):
         for field in ("layers", "hidden", "heads", "ffn", "vocab", "seq"):
@@ -46,6 +61,8 @@ class ModelSpec:
             raise SimparError(f"model {self.name}: activation must be one of {', '.join(ACTIVATIONS)}")
         if self.norm not in NORMS:
             raise SimparError(f"model {self.name}: norm must be one of {', '.join(NORMS)}")
+        if self.experts:
+            check_moe(self)
 
     # -- parameters --------------------------------------------------------------------------
     @property
@@ -63,10 +80,22 @@ class ModelSpec:
     def _norm_params(self) -> int:
         return 2 * self.hidden if self.norm == "layernorm" else self.hidden
 
+    def attention_weights(self) -> int:
+        """Q, O (h x h), K, V (h x kv)."""
+        return 2 * self.hidden * self.hidden + 2 * self.hidden * self.kv_dim
+
+    def mlp_weights(self, ffn: int) -> int:
+        """An MLP of width ``ffn``: 2 or 3 (SwiGLU) x h x ffn."""
+        return (3 if self.activation == "swiglu" else 2) * self.hidden * ffn
+
+    def mlp_biases(self, ffn: int) -> int:
+        if not self.bias:
+            return 0
+        return (2 * ffn + self.hidden) if self.activation == "swiglu" else (ffn + self.hidden)
+
     def layer_weights(self) -> int:
-        """Elements of the layer's weight matrices: Q, O (h x h), K, V (h x kv), MLP (2 or 3 x h x ffn)."""
-        h, kv = self.hidden, self.kv_dim
-        return 2 * h * h + 2 * h * kv + (3 if self.activation == "swiglu" else 2) * h * self.ffn
+        """Elements of a dense layer's weight matrices: attention and the MLP of ffn."""
+        return self.attention_weights() + self.mlp_weights(self.ffn)
 
     def _layer_biases(self) -> int:
         if not self.bias:
@@ -94,14 +123,49 @@ class ModelSpec:
         return self._norm_params()
 
     def unit_kind(self, unit: int) -> str:
-        """embedding (unit 0), layer, or head (the last unit, layers + 1)."""
-        return "embedding" if unit == 0 else "head" if unit == self.layers + 1 else "layer"
+        """embedding (unit 0), layer, moe (a layer whose MLP is experts) or head (the last unit, layers + 1)."""
+        if unit == 0:
+            return "embedding"
+        if unit == self.layers + 1:
+            return "head"
+        return "moe" if self.experts and unit > self.dense_layers else "layer"
+
+    @property
+    def moe_layers(self) -> int:
+        return self.layers - self.dense_layers if self.experts else 0
+
+    @property
+    def expert_width(self) -> int:
+        return self.expert_ffn or self.ffn
+
+    def expert_params(self) -> int:
+        """One expert MLP's parameters."""
+        return self.mlp_weights(self.expert_width) + self.mlp_biases(self.expert_width)
+
+    def moe_layer_params(self, experts: int | None = None) -> int:
+        """An MoE layer's parameters with ``experts`` routed experts (default all of them): attention, norms,
+        router, the routed and the shared experts."""
+        routed = self.experts if experts is None else experts
+        attention = self.layer_params() - self.mlp_weights(self.ffn) - self.mlp_biases(self.ffn)
+        return attention + self.hidden * self.experts + (routed + self.shared_experts) * self.expert_params()
+
+    def unit_params(self, unit: int) -> int:
+        kind = self.unit_kind(unit)
+        if kind == "embedding":
+            return self.embedding_params()
+        if kind == "head":
+            return self.head_params() + self._norm_params()
+        return self.moe_layer_params() if kind == "moe" else self.layer_params()
 
     def unit_modules(self, kind: str) -> tuple[tuple[str, int], ...]:
         """(name, parameters) of each parameterised module of a unit (kind embedding, layer or head),
         in registration order (simpar.real.model's): what a framework that gathers ZeRO-3 parameters
         module by module (DeepSpeed) gathers at once. A tied head's output weight is the embedding's."""
         h, kv, f, b = self.hidden, self.kv_dim, self.ffn, int(self.bias)
+        if kind == "moe":  # attention as a dense layer's, then the router, the shared and the routed experts
+            attention = self.unit_modules("layer")[:6]
+            shared = (("shared", self.shared_experts * self.expert_params()),) if self.shared_experts else ()
+            return attention + (("router", h * self.experts),) + shared + (("experts", self.experts * self.expert_params()),)
         if kind == "embedding":
             return (("tokens", self.vocab * h),) + ((("positions", self.positions * h),) if self.positions else ())
         if kind == "head":
@@ -115,7 +179,10 @@ class ModelSpec:
         an embedding's table, a linear layer's weight (and bias)."""
         if name.startswith("norm"):
             return 2 if self.norm == "layernorm" else 1
-        return 1 if name in ("tokens", "positions", "out") else 1 + int(self.bias)
+        if name in ("experts", "shared"):  # up (gate) and down of each expert
+            count = self.experts if name == "experts" else self.shared_experts
+            return count * (3 if self.activation == "swiglu" else 2) * (1 + int(self.bias))
+        return 1 if name in ("tokens", "positions", "out", "router") else 1 + int(self.bias)
 
     def unit_tensors(self, kind: str) -> int:
         """Parameter tensors of a unit (the executor's ``unit.parameters()``): what it flattens, splits and
@@ -135,14 +202,29 @@ class ModelSpec:
 
     @property
     def params(self) -> int:
-        return (self.embedding_params() + self.layers * self.layer_params() + self._norm_params()
-                + self.head_params())
+        return (self.embedding_params() + (self.layers - self.moe_layers) * self.layer_params()
+                + self.moe_layers * self.moe_layer_params() + self._norm_params() + self.head_params())
+
+    @property
+    def active_params(self) -> int:
+        """Parameters one token uses: every expert but the top_k routed ones left out (= params when dense)."""
+        return self.params - self.moe_layers * (self.experts - self.top_k) * self.expert_params()
 
     # -- compute -----------------------------------------------------------------------------
-    def layer_forward_flops(self, micro_batch: int) -> float:
+    def layer_forward_flops(self, micro_batch: int, kind: str = "layer") -> float:
         """2 FLOPs per multiply-add of every linear layer, plus attention's QK^T and AV
-        (2 x 2 x b x s^2 x hidden, counted in full as Megatron does)."""
-        return 2.0 * micro_batch * self.seq * self.layer_weights() + 4.0 * micro_batch * self.seq**2 * self.hidden
+        (2 x 2 x b x s^2 x hidden, counted in full as Megatron does). An MoE layer (kind moe) counts its
+        router and the experts a token is routed to (top_k) and the shared ones."""
+        weights = self.layer_weights()
+        if kind == "moe":
+            weights = (self.attention_weights() + self.hidden * self.experts
+                       + (self.top_k + self.shared_experts) * self.mlp_weights(self.expert_width))
+        return 2.0 * micro_batch * self.seq * weights + 4.0 * micro_batch * self.seq**2 * self.hidden
+
+    def layers_forward_flops(self, micro_batch: int) -> float:
+        """Every layer's forward FLOPs, dense and MoE."""
+        return ((self.layers - self.moe_layers) * self.layer_forward_flops(micro_batch)
+                + self.moe_layers * self.layer_forward_flops(micro_batch, "moe"))
 
     def attention_scores(self, micro_batch: int, tp: int = 1) -> int:
         """Attention scores one TP rank's layer computes, micro-batch x its heads x seq^2: what a CPU attention

@@ -222,8 +222,9 @@ class OpCosts:
             overheads, rate = self.gpu.costs[op.phase]
             if op.phase == "step":  # one optimizer step of the rank's parameters, whatever units they are
                 return overheads.get("step", 0.0) + op.params / rate
-            overhead = overheads.get(kind, 0.0) * self._overhead_share(kind, op) if op.part else overheads.get(kind, 0.0)
-            if kind == "layer" and self._has_attention(op):
+            whole = overheads.get(kind, overheads.get("layer", 0.0) if kind == "moe" else 0.0)  # (MoE: a layer's)
+            overhead = whole * self._overhead_share(kind, op) if op.part else whole
+            if kind in ("layer", "moe") and self._has_attention(op):
                 overhead += self._attention_scores_cost(op)
             return overhead + op.flops / rate
         if self.kernel_pricer is not None:  # a GPU: the kernels the unit launches, each priced by shape
@@ -256,7 +257,7 @@ class OpCosts:
         if key not in self._shares:
             spec, train = self.scenario.strategy, self.scenario.train
             shape = Shape(self.scenario.model, train.micro_batch, spec.tp, spec.sequence_parallel, spec.recompute,
-                          spec.flash_attention, train.weight_bytes)
+                          spec.flash_attention, train.weight_bytes, spec.ep, spec.expert_imbalance)
             whole = len(unit_kernels(shape, kind, op.phase, ""))
             self._shares[key] = len(unit_kernels(shape, kind, op.phase, op.part)) / whole if whole else 1.0
         return self._shares[key]

@@ -14,6 +14,7 @@ BUILDERS: dict[str, Callable[[Scenario], Plan]] = {
     "zero1": zero.build,
     "zero2": zero.build,
     "zero3": zero3.build,
+    "hsdp": zero3.build,
     "zero2-offload": offload.build_zero2,
     "zero3-offload": offload.build_zero3,
     "zero3-infinity": offload.build_infinity,

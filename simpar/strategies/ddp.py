@@ -8,8 +8,9 @@ the last micro-batch communicates (``no_sync`` on the others).
 
 from __future__ import annotations
 
-from simpar.plan import Collective, Grid, Plan, Program
+from simpar.plan import Grid, Plan, Program
 from simpar.scenario import Scenario
+from simpar.strategies.experts import grad_calls
 from simpar.strategies.work import Work, buckets
 
 
@@ -33,8 +34,6 @@ def build(scenario: Scenario, algo: str | None = None, bucket_bytes: int | None 
             done = work.backward(prog, unit, mb)
             if mb == m - 1 and unit in closes:
                 bucket = closes[unit]
-                reductions.append(prog.add(Collective, "comm", [done], op="allreduce", group="dp",
-                                           nbytes=work.w * work.params(bucket), algo=algo, itemsize=work.w,
-                                           payload="grads", units=bucket))
+                reductions += grad_calls(prog, work, "allreduce", bucket, [done], algo)
     work.gpu_step(prog, phi, deps=reductions)
-    return Plan(name, Grid(dp=spec.dp), [prog])
+    return Plan(name, Grid(dp=spec.dp, ep=spec.ep), [prog])

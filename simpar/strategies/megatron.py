@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from simpar.plan import Collective, Compute, Grid, Plan, Program, Recv, Send
 from simpar.scenario import Scenario
+from simpar.strategies.experts import grad_calls
 from simpar.strategies.pipeline import SCHEDULES
 from simpar.strategies.work import Work, buckets
 
@@ -40,7 +41,7 @@ def stage_units(work: Work, virtual_stage: int, virtual_stages: int) -> list[int
 
 def build(scenario: Scenario) -> Plan:
     spec = scenario.strategy
-    grid = Grid(spec.dp, spec.pp, spec.tp)
+    grid = Grid(spec.dp, spec.pp, spec.tp, ep=spec.ep)
     work = Work(scenario)
     p, v, m = spec.pp, spec.virtual_stages, scenario.microbatches
     hidden_bytes = scenario.train.micro_batch * scenario.model.seq * scenario.model.hidden * work.w
@@ -50,7 +51,7 @@ def build(scenario: Scenario) -> Plan:
         chunks = [stage_units(work, c * p + stage, p * v) for c in range(v)]
         held = [u for chunk in chunks for u in chunk]
         params = work.params(held)
-        work.static(prog, work.w * params, work.g * params, work.k * params / spec.dp)
+        work.static(prog, work.w * params, work.g * params, work.k * work.shard(held, spec.dp))
         last = None
         for kind, mb, chunk in SCHEDULES[spec.schedule](stage, p, m, v):
             vs = chunk * p + stage
@@ -107,6 +108,9 @@ def _forward(prog, work, units, mb, vs, virtual_stages, hidden_bytes, tp, sp=Fal
                      microbatch=mb, units=tuple(units))] if vs > 0 else []
     for unit in units:
         u = work.units[unit]
+        if work.split_moe(unit):  # (tp 1) an MoE layer's parts and all-to-alls
+            deps = [work.forward(prog, unit, mb, deps)]
+            continue
         if u.activations:
             prog.alloc("compute", "activations", u.activations, payload=f"unit{unit} mb{mb}")
         pieces = _pieces(work, unit, tp, sp)
@@ -134,6 +138,9 @@ def _backward(prog, work, units, mb, vs, hidden_bytes, tp, sp=False, overlap=Fal
                  microbatch=mb, units=tuple(units))]
     for unit in reversed(units):
         u = work.units[unit]
+        if work.split_moe(unit):
+            deps = [work.backward(prog, unit, mb, deps)]
+            continue
         if u.recompute_temp:
             prog.alloc("compute", "temporaries", u.recompute_temp, payload=f"recompute unit{unit} mb{mb}")
         pieces = _pieces(work, unit, tp, sp)
@@ -175,12 +182,9 @@ def _backward(prog, work, units, mb, vs, hidden_bytes, tp, sp=False, overlap=Fal
 def _reduce_and_step(prog: Program, work: Work, scenario: Scenario, held: list[int], last: int) -> None:
     """ZeRO-1 across the DP group: reduce-scatter the stage's gradients, step the shard, gather."""
     spec = scenario.strategy
-    reductions = [prog.add(Collective, "comm", [last], op="reducescatter", group="dp",
-                           nbytes=work.g * work.params(bucket), algo=spec.algo or "ring", payload="grads",
-                           itemsize=work.g,
-                           units=bucket)
-                  for bucket in buckets(work, list(reversed(held)), spec.bucket_bytes)]
-    step = work.gpu_step(prog, work.params(held) // spec.dp, deps=reductions)
+    algo = spec.algo or "ring"
+    reductions = [call for bucket in buckets(work, list(reversed(held)), spec.bucket_bytes)
+                  for call in grad_calls(prog, work, "reducescatter", bucket, [last], algo, itemsize=work.g)]
+    step = work.gpu_step(prog, int(work.shard(held, spec.dp)), deps=reductions)
     for bucket in buckets(work, list(reversed(held)), spec.bucket_bytes):  # the shards' buckets
-        prog.add(Collective, "comm", [step], op="allgather", group="dp", itemsize=work.w,
-                 nbytes=work.w * work.params(bucket), algo=spec.algo or "ring", payload="params", units=bucket)
+        grad_calls(prog, work, "allgather", bucket, [step], algo, payload="params")

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from simpar.plan import Compute, Program
 from simpar.scenario import Scenario
+from simpar.strategies import experts
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,7 @@ class UnitWork:
     activations: float  # bytes kept from forward to backward, per micro-batch
     recompute_temp: float  # bytes rebuilt during backward by recomputation, per micro-batch
     replicated: int = 0  # of ``params``, those whole on every TP rank (norms, row-parallel biases, positions)
+    expert_params: int = 0  # of ``params``, this rank's routed experts (an MoE layer)
 
 
 class Work:
@@ -78,7 +80,16 @@ class Work:
         head_fwd = model.head_forward_flops(b) / t
         head = UnitWork(head_params, head_fwd, 2 * head_fwd, vocab * h * self.w + logits,
                         2 * (vocab * h * self.w + logits), kept_head, 0.0, final_norm)
-        self.units = [embedding] + [layer] * model.layers + [head]
+        self.ep, self.edp = spec.ep, spec.dp // spec.ep
+        layers = [layer] * model.layers
+        if model.experts:  # MoE layers after the dense ones (strategies/experts.py)
+            moe, self.moe_parts = experts.moe_unit(self, model, spec, b, self.w,
+                                                   self.w if self.executor_activations else act_scale)
+            self.alltoall_bytes = experts.alltoall_bytes(model, b, spec, self.w)
+            self.alltoall_algo = spec.alltoall_algo
+            layers = [moe if model.unit_kind(1 + i) == "moe" else layer for i in range(model.layers)]
+        self.model = model
+        self.units = [embedding] + layers + [head]
 
     @property
     def num_units(self) -> int:
@@ -87,11 +98,26 @@ class Work:
     def params(self, units) -> int:
         return sum(self.units[u].params for u in units)
 
+    def expert_params(self, units) -> int:
+        return sum(self.units[u].expert_params for u in units)
+
+    def shard(self, units, n: int) -> float:
+        """A rank's share of ``units``' parameters sharded over n data-parallel ranks: under expert parallelism
+        the experts over the n / ep ranks that hold the same ones."""
+        experts = self.expert_params(units) if self.ep > 1 else 0
+        return (self.params(units) - experts) / n + experts / (n // self.ep)
+
+    def split_moe(self, unit: int) -> bool:
+        """Whether a unit is an MoE layer whose experts sit on other ranks too (all-to-alls inside it)."""
+        return self.ep > 1 and self.model.unit_kind(unit) == "moe"
+
     def forward(self, prog: Program, unit: int, mb: int, deps=()) -> int:
         """Store the unit's activations for backward and run its forward; returns the compute op."""
         u = self.units[unit]
         if u.activations:
             prog.alloc("compute", "activations", u.activations, payload=f"unit{unit} mb{mb}")
+        if self.split_moe(unit):
+            return experts.forward(prog, self, unit, mb, deps)
         return prog.add(Compute, "compute", deps, phase="fwd", unit=unit, microbatch=mb,
                         flops=u.fwd_flops, bytes=u.fwd_bytes)
 
@@ -100,8 +126,11 @@ class Work:
         u = self.units[unit]
         if u.recompute_temp:
             prog.alloc("compute", "temporaries", u.recompute_temp, payload=f"recompute unit{unit} mb{mb}")
-        op = prog.add(Compute, "compute", deps, phase="bwd", unit=unit, microbatch=mb,
-                      flops=u.bwd_flops, bytes=u.bwd_bytes)
+        if self.split_moe(unit):
+            op = experts.backward(prog, self, unit, mb, deps)
+        else:
+            op = prog.add(Compute, "compute", deps, phase="bwd", unit=unit, microbatch=mb,
+                          flops=u.bwd_flops, bytes=u.bwd_bytes)
         if u.recompute_temp:
             prog.free("compute", "temporaries", u.recompute_temp, payload=f"recompute unit{unit} mb{mb}")
         if u.activations:

@@ -10,8 +10,9 @@ holds a full gradient only while its bucket is in flight (a communication buffer
 
 from __future__ import annotations
 
-from simpar.plan import Collective, Grid, Plan, Program
+from simpar.plan import Grid, Plan, Program
 from simpar.scenario import Scenario
+from simpar.strategies.experts import grad_calls
 from simpar.strategies.work import Work, buckets
 
 
@@ -22,11 +23,13 @@ def build(scenario: Scenario) -> Plan:
     n = spec.dp
     prog = Program(tuple(range(n)), name="all ranks")
     phi = work.params(range(work.num_units))
-    work.static(prog, work.w * phi, work.g * phi / (n if stage == 2 else 1), work.k * phi / n)
+    everything = range(work.num_units)
+    shard = work.shard(everything, n)
+    work.static(prog, work.w * phi, work.g * (shard if stage == 2 else phi), work.k * shard)
     last_reductions = reduce_gradients(prog, work, scenario, sharded_grads=stage == 2)
-    step = work.gpu_step(prog, phi // n, deps=last_reductions)
+    step = work.gpu_step(prog, int(shard), deps=last_reductions)
     gather_parameters(prog, work, spec, step)
-    return Plan(spec.name, Grid(dp=n), [prog])
+    return Plan(spec.name, Grid(dp=n, ep=spec.ep), [prog])
 
 
 def reduce_gradients(prog: Program, work: Work, scenario: Scenario, sharded_grads: bool,
@@ -53,11 +56,10 @@ def reduce_gradients(prog: Program, work: Work, scenario: Scenario, sharded_grad
                 # DeepSpeed's ZeRO-1/2 all-reduce each bucket (stage_1_and_2.py average_tensor -> allreduce_and_copy),
                 # then keep their partition: twice a reduce-scatter's bytes
                 reduce = "allreduce" if spec.deepspeed_habits else "reducescatter"
-                op = prog.add(Collective, "comm", [done], op=reduce, group="dp", itemsize=work.w,
-                              nbytes=nbytes, algo=spec.algo or "ring", payload="grads", units=bucket)
+                calls = grad_calls(prog, work, reduce, bucket, [done], spec.algo or "ring")
                 if sharded_grads:
                     prog.free("comm", "buffers", nbytes, payload=f"grads of units {bucket[0]}..{bucket[-1]}")
-                last.append(after_reduce(prog, work, op, bucket, mb) if after_reduce else op)
+                last += [after_reduce(prog, work, op, bucket, mb) if after_reduce else op for op in calls]
         if reduce_now and mb < m - 1:
             last = []
     return last
@@ -67,5 +69,4 @@ def gather_parameters(prog: Program, work: Work, spec, after: int) -> None:
     """All-gather the updated parameter shards once the step is done, in the same buckets the
     gradients were reduce-scattered in (a rank's optimizer shard is its chunk of each bucket)."""
     for bucket in buckets(work, list(reversed(range(work.num_units))), spec.bucket_bytes):
-        prog.add(Collective, "comm", [after], op="allgather", group="dp", itemsize=work.w,
-                 nbytes=work.w * work.params(bucket), algo=spec.algo or "ring", payload="params", units=bucket)
+        grad_calls(prog, work, "allgather", bucket, [after], spec.algo or "ring", payload="params")

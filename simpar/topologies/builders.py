@@ -189,3 +189,13 @@ def build(name: str, gpus: int, bandwidth: float | None = None, latency: float |
         return cluster.build(gpus)
     return parse(preset_cluster(name, gpus, bandwidth, latency, device), f"preset {name.strip().lower()}",
                  name.strip().lower()).build(gpus)
+
+
+def node_size(name: str, gpus: int) -> int:
+    """GPUs one node of ``gpus`` holds on a preset or cluster file (every one of them on anything else, such as
+    the executor's cpu-host): what hybrid sharding's shard spans by default."""
+    if is_cluster_file(name):
+        return min(gpus, load(name).gpus_per_node)
+    if name.strip().lower() in PRESETS:
+        return min(gpus, preset_cluster(name, gpus)["gpus_per_node"])
+    return gpus

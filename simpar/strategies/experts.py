@@ -1,0 +1,116 @@
+"""What an MoE layer costs one rank and how its expert parallelism communicates.
+
+With expert parallelism ep (> 1) an MoE layer runs in three parts (costs/kernels.py prices each):
+"attn" (attention, the second norm, the router, the dispatch buffer), "experts" (this rank's
+experts on the tokens the ep ranks sent it) and "combine" (the weighted sum of the experts' outputs,
+the shared experts, the residual). An all-to-all over the "ep" group sits between them: dispatch
+after "attn", combine after "experts"; backward mirrors them ("combine grads", then "dispatch
+grads"), and full recomputation runs both forward ones again. Each moves the rank's whole buffer
+(models/moe.py: experts x slots x b token copies of hidden x w bytes), (ep - 1)/ep of it to other ranks.
+
+Gradients of the experts are reduced over the ranks holding the same experts ("edp", dp / ep of them),
+the rest of the model over all dp ranks.
+"""
+
+from __future__ import annotations
+
+from simpar.models.moe import buffer_rows, slots
+from simpar.plan import Collective, Compute, Program
+
+PARTS = ("attn", "experts", "combine")
+DISPATCH = (("attn", "dispatch"), ("experts", "combine"), ("combine", None))
+
+
+def moe_unit(work, model, spec, b: int, w: int, kept_scale: float):
+    """(UnitWork of an MoE layer on one rank, {part: (fwd flops, bwd flops)}). ``kept_scale`` turns
+    16-bit activation counts into the run's bytes."""
+    from simpar.strategies.work import UnitWork
+
+    s, h = model.seq, model.hidden
+    tokens = b * s
+    rows = buffer_rows(model, b, spec.expert_imbalance)
+    expert_local = model.experts // spec.ep * model.expert_params()
+    params = model.moe_layer_params(experts=0) + expert_local
+    attention = 2.0 * tokens * (model.attention_weights() + h * model.experts) + 4.0 * tokens * s * h
+    experts = 2.0 * rows * model.mlp_weights(model.expert_width)
+    combine = 2.0 * tokens * (model.shared_experts * model.mlp_weights(model.expert_width) + model.top_k * h)
+    redo = 1.0 if spec.recompute == "full" else 0.0
+    parts = {name: (f, (2.0 + redo) * f) for name, f in (("attn", attention), ("experts", experts),
+                                                           ("combine", combine))}
+    if spec.recompute == "selective":
+        f, bwd = parts["attn"]
+        parts["attn"] = (f, bwd + 4.0 * tokens * s * h)
+    kept, full = moe_activation_bytes(model, b, spec, w, kept_scale)
+    fwd = sum(f for f, _ in parts.values())
+    bwd = sum(g for _, g in parts.values())
+    unit = UnitWork(params, fwd, bwd, params * w + full, 2 * (params * w + full), kept, full - kept,
+                    model.layer_replicated_params(), expert_params=expert_local)
+    return unit, parts
+
+
+def moe_activation_bytes(model, b: int, spec, w: int, kept_scale: float) -> tuple[float, float]:
+    """(kept, without recomputation) bytes an MoE layer keeps for backward per micro-batch: the attention
+    half as a dense layer's (Korthikanti: s·b·h·(5 + 4 + 5·a·s/h) of the 34 + 5as/h, 16-bit), the router's
+    fp32 logits and probabilities (8·T·experts), and per token copy in the buffer its input, output and the
+    ffn-wide tensors (2 for GELU, 3 for SwiGLU) at 2 bytes, and the shared experts' alike per token."""
+    s, h, a = model.seq, model.hidden, model.heads
+    tokens = s * b
+    scores = 0.0 if (spec.recompute == "selective" or spec.flash_attention) else 5.0 * a * s / h
+    ffn_tensors = 3 if model.activation == "swiglu" else 2
+    per_copy = 2.0 * (2 * h + ffn_tensors * model.expert_width)
+    rows = buffer_rows(model, b, spec.expert_imbalance)
+    full = (tokens * h * (9.0 + scores + 2.0) + 8.0 * tokens * model.experts + rows * per_copy
+            + tokens * model.shared_experts * per_copy) * kept_scale
+    kept = 2.0 * tokens * h * kept_scale if spec.recompute == "full" else full
+    return kept, full
+
+
+def alltoall_bytes(model, b: int, spec, w: int) -> int:
+    """One rank's buffer in each all-to-all: every expert's slots for its micro-batch, hidden x w bytes each."""
+    return buffer_rows(model, b, spec.expert_imbalance) * model.hidden * w
+
+
+def _alltoall(prog: Program, work, unit: int, mb: int, payload: str, deps) -> int:
+    return prog.add(Collective, "comm", deps, op="alltoall", group="ep", nbytes=work.alltoall_bytes,
+                    algo=work.alltoall_algo, payload=f"{payload} unit{unit} mb{mb}", units=(unit,), itemsize=work.w)
+
+
+def forward(prog: Program, work, unit: int, mb: int, deps) -> int:
+    """The three parts and two all-to-alls of an MoE layer's forward; returns the last compute."""
+    for part, payload in DISPATCH:
+        flops = work.moe_parts[part][0]
+        deps = [prog.add(Compute, "compute", deps, phase="fwd", unit=unit, microbatch=mb, part=part, flops=flops,
+                         bytes=work.units[unit].fwd_bytes * flops / work.units[unit].fwd_flops)]
+        if payload:
+            deps = [_alltoall(prog, work, unit, mb, payload, deps)]
+    return deps[0]
+
+
+def backward(prog: Program, work, unit: int, mb: int, deps) -> int:
+    """Backward mirrors forward (full recomputation first repeats the forward's all-to-alls)."""
+    if work.recompute == "full":
+        for payload in ("dispatch (recompute)", "combine (recompute)"):
+            deps = [_alltoall(prog, work, unit, mb, payload, deps)]
+    for part, payload in reversed(DISPATCH):
+        flops = work.moe_parts[part][1]
+        deps = [prog.add(Compute, "compute", deps, phase="bwd", unit=unit, microbatch=mb, part=part, flops=flops,
+                         bytes=work.units[unit].bwd_bytes * flops / work.units[unit].bwd_flops)]
+        if part != "attn":
+            deps = [_alltoall(prog, work, unit, mb, "combine grads" if part == "combine" else "dispatch grads", deps)]
+    return deps[0]
+
+
+def grad_calls(prog: Program, work, op: str, units, deps, algo: str, payload: str = "grads", itemsize=None) -> list[int]:
+    """A data-parallel collective of ``units``' gradients (or parameters): all but the experts over dp, and,
+    under expert parallelism, the experts over the ranks holding the same ones (edp; none when ep = dp)."""
+    size = itemsize or work.w
+    experts = work.expert_params(units) if work.ep > 1 else 0
+    calls = [prog.add(Collective, "comm", deps, op=op, group="dp", nbytes=size * (work.params(units) - experts),
+                      algo=algo, payload=payload, units=tuple(units), itemsize=size)]
+    if experts and work.edp > 1:
+        calls.append(prog.add(Collective, "comm", deps, op=op, group="edp", nbytes=size * experts, algo=algo,
+                              payload=f"expert {payload}", units=tuple(units), itemsize=size))
+    return calls
+
+
+__all__ = ["PARTS", "alltoall_bytes", "backward", "forward", "grad_calls", "moe_unit", "slots"]

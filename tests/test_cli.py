@@ -54,7 +54,8 @@ def test_devices_lists_the_presets(cli):
 
 
 @pytest.mark.parametrize("args, field", [
-    (["--op", "alltoall"], "--op"),
+    (["--op", "gossip"], "--op"),
+    (["--op", "alltoall", "--algo", "ring"], "--algo"),
     (["--algo", "magic"], "--algo"),
     (["--topology", "torus"], "--topology"),
     (["--gpus", "0"], "--gpus"),

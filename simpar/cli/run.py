@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from simpar import units
+from simpar.cli.moe_flags import add_moe_flags, moe_model, moe_options
 from simpar.cli.common import (add_cluster_flags, add_json_flag, cluster_choice, is_gpu_profile, scenario_json,
                                write_figures, write_json)
 from simpar.errors import SimparError
@@ -111,6 +112,7 @@ def register(sub) -> None:
                       help="simpar (default): simpar's executor performs the Plan; deepspeed: also train the same "
                            "model with DeepSpeed itself on the --deepspeed config, a third column (needs "
                            "pip install 'simpar[deepspeed]')")
+    add_moe_flags(p)
     add_json_flag(p, "{scenario, sim} (with --compare-real also real and comparison)")
     p.set_defaults(handler=run)
 
@@ -131,6 +133,7 @@ def scenario_and_notes(args) -> tuple[Scenario, list[str]]:
             raise SimparError(f"{flag}: --compare-real simulates the machine the ranks really run on "
                               f"(a built-in CPU-host profile); leave {flag} out")
     spec, notes = resolve_model(args.model or ("tiny-deep" if compare else "gpt2"))
+    spec = moe_model(args, spec)
     topology, gpus = cluster_choice(args, "dgx-a100", 8)
     micro_batch = _optional_int(args.micro_batch, "--micro-batch")
     global_batch = _optional_int(args.global_batch, "--global-batch")
@@ -158,7 +161,7 @@ def scenario_and_notes(args) -> tuple[Scenario, list[str]]:
                "grad_accum_dtype": args.grad_accum_dtype.strip().lower() if args.grad_accum_dtype else None,
                "gather_granularity": args.gather_granularity.strip().lower() if args.gather_granularity else None,
                "max_reuse_distance": units.positive_int(args.max_reuse_distance, "--max-reuse-distance", minimum=0),
-               **options}
+               **moe_options(args), **options}
     scenario = make_scenario(
         spec, strategy, gpus, topology="cpu-host" if compare else topology, device=args.device,
         micro_batch=micro_batch or 1, global_batch=global_batch, microbatches=microbatches,
@@ -240,7 +243,7 @@ def print_result(scenario: Scenario, result: SimResult) -> None:
     tokens = t.global_batch * scenario.model.seq
     where = c.topology + (f", GPUs swapped for {c.device}" if c.device else "")
     print(f"{s.name} on {c.gpus} GPUs ({where}): {scenario.model.name}, {t.precision}, {t.optimizer}")
-    print(f"  layout dp {s.dp} x pp {s.pp} x tp {s.tp}; global batch {t.global_batch} = micro-batch "
+    print(f"  layout dp {s.dp} x pp {s.pp} x tp {s.tp}" + (f" (ep {s.ep})" if s.ep > 1 else "") + f"; global batch {t.global_batch} = micro-batch "
           f"{t.micro_batch} x dp {s.dp} x {scenario.microbatches} micro-batch(es)")
     print(f"\nstep time {units.human_time(result.step_time_s)}  "
           f"({t.global_batch / result.step_time_s:,.1f} samples/s, {tokens / result.step_time_s:,.0f} tokens/s)")

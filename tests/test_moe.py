@@ -1,0 +1,142 @@
+"""Mixture-of-Experts: exact parameter counts, active-expert FLOPs, the all-to-all's bytes, bad input."""
+
+import json
+import math
+
+import pytest
+
+from simpar.collectives import expand
+from simpar.models import PRESETS, model
+from simpar.models.hf import load_config
+from simpar.models.moe import buffer_rows, dropped_share
+from simpar.plan import Collective
+from simpar.scenario import make_scenario
+from simpar.sim import build_topology, simulate
+from simpar.strategies import build_plan
+
+
+def test_mixtral_counts_equal_the_published_ones():
+    m = model("mixtral-8x7b")
+    # per layer: attention 4096 x (2 x 4096 + 2 x 1024), 2 RMSNorms, router 4096 x 8, 8 SwiGLU experts of 14336
+    layer = 4096 * (2 * 4096 + 2 * 1024) + 2 * 4096 + 4096 * 8 + 8 * 3 * 4096 * 14336
+    assert m.params == 2 * 32000 * 4096 + 32 * layer + 4096 == 46_702_792_704  # "46.7B total"
+    assert m.active_params == m.params - 32 * 6 * 3 * 4096 * 14336 == 12_879_925_248  # "12.9B active"
+    assert round(m.params / 1e9, 1) == 46.7 and round(m.active_params / 1e9, 1) == 12.9
+
+
+def test_deepseek_moe_counts_equal_the_published_ones():
+    m = model("deepseek-moe-16b")
+    expert = 3 * 2048 * 1408
+    attention = 4 * 2048 * 2048 + 2 * 2048
+    dense = attention + 3 * 2048 * 10944
+    moe = attention + 2048 * 64 + (64 + 2) * expert
+    assert m.params == 2 * 102400 * 2048 + dense + 27 * moe + 2048 == 16_375_728_128  # "16.4B"
+    assert m.active_params == m.params - 27 * (64 - 6) * expert == 2_828_650_496  # "2.8B activated"
+    assert [m.unit_kind(u) for u in (0, 1, 2, 28, 29)] == ["embedding", "layer", "moe", "moe", "head"]
+
+
+def test_flops_count_the_routed_experts_only():
+    m = model("mixtral-8x7b")
+    twice = m.__class__(**{**m.__dict__, "experts": 16})
+    # more experts at the same top-k: more parameters, the same FLOPs but for the router's 8 more columns
+    assert twice.params > m.params
+    extra = twice.layer_forward_flops(1, "moe") - m.layer_forward_flops(1, "moe")
+    assert extra == 2 * m.seq * m.hidden * 8
+    # against a dense layer of the same MLP: top-2 experts are two MLPs, plus the router
+    assert m.layer_forward_flops(1, "moe") - m.layer_forward_flops(1) == 2 * m.seq * (
+        m.hidden * 8 + m.mlp_weights(m.ffn))
+
+
+@pytest.mark.parametrize("name, config", [
+    ("mixtral-8x7b", {"model_type": "mixtral", "num_hidden_layers": 32, "hidden_size": 4096,
+                      "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336,
+                      "vocab_size": 32000, "max_position_embeddings": 4096, "num_local_experts": 8,
+                      "num_experts_per_tok": 2, "router_aux_loss_coef": 0.02}),
+    ("deepseek-moe-16b", {"model_type": "deepseek", "num_hidden_layers": 28, "hidden_size": 2048,
+                          "num_attention_heads": 16, "intermediate_size": 10944, "vocab_size": 102400,
+                          "max_position_embeddings": 4096, "n_routed_experts": 64, "num_experts_per_tok": 6,
+                          "moe_intermediate_size": 1408, "n_shared_experts": 2, "first_k_dense_replace": 1,
+                          "moe_layer_freq": 1}),
+])
+def test_hugging_face_configs_import_to_the_presets_counts(tmp_path, name, config):
+    path = tmp_path / name / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(config))
+    spec, notes = load_config(str(path))
+    assert (spec.params, spec.active_params) == (PRESETS[name].params, PRESETS[name].active_params)
+    assert all("num_local_experts" not in note for note in notes)
+
+
+def _alltoalls(plan):
+    return [op for op in plan.programs[0].ops if isinstance(op, Collective) and op.op == "alltoall"]
+
+
+@pytest.mark.parametrize("name, imbalance, factor", [("tiny-moe", 1.0, 1.5), ("mixtral-8x7b", 1.5, 1.5),
+                                                     ("mixtral-8x7b", 1.0, 1.0)])
+def test_alltoall_bytes_per_rank_equal_the_formula(name, imbalance, factor):
+    m = model(name)
+    ep, b = 4, 2
+    scenario = make_scenario(m, "ddp", 8, micro_batch=b, ep=ep, expert_imbalance=imbalance)
+    calls = _alltoalls(build_plan(scenario))
+    # dispatch and combine in forward, their gradients in backward, for every MoE layer
+    assert len(calls) == 4 * m.moe_layers
+    tokens = b * m.seq
+    formula = tokens * m.top_k * m.hidden * 2 * factor * (ep - 1) / ep  # bf16; f: capacity factor or imbalance
+    topology = build_topology(scenario)
+    for call in calls:
+        phases = expand("alltoall", call.algo, topology, topology.gpus[:ep], call.nbytes)
+        sent = sum(t.nbytes for p in phases for t in p.transfers if t.src == topology.gpus[0])
+        assert sent == pytest.approx(formula, rel=1e-12)
+
+
+def test_simulated_traffic_is_the_alltoalls_plus_the_gradient_reduction():
+    m = model("tiny-moe")
+    scenario = make_scenario(m, "ddp", 4, ep=2, precision="fp32", topology="pcie")
+    result = simulate(scenario)
+    rows = buffer_rows(m, 1)
+    alltoall = 4 * m.moe_layers * rows * m.hidden * 4 // 2
+    expert = m.moe_layers * m.experts // 2 * m.expert_params()
+    dense = m.params - m.moe_layers * m.experts * m.expert_params()
+    # the dense gradients all-reduced over 4 ranks, the experts' over the 2 that hold the same ones
+    ring = 2 * 3 / 4 * dense * 4 + 2 * 1 / 2 * expert * 4
+    assert result.ranks[0]["bytes_sent"] == pytest.approx(alltoall + ring, rel=1e-9)
+
+
+def test_expert_parallelism_splits_the_experts_memory():
+    m = model("mixtral-8x7b")
+    memory = {ep: simulate(make_scenario(m, "zero2", 64, ep=ep, recompute="full"), check_oom=False)
+              .ranks[0]["memory"]["params"] for ep in (1, 8)}
+    experts = m.moe_layers * m.experts * m.expert_params()
+    assert memory[1] - memory[8] == 2 * experts * 7 / 8
+
+
+def test_capacity_drops_the_busiest_experts_overflow():
+    m = model("tiny-moe")  # capacity factor 1.5
+    assert dropped_share(m, 1.0) == 0.0
+    assert dropped_share(m, 2.0) == pytest.approx(0.5 / m.experts)
+    assert buffer_rows(m, 1) == m.experts * math.ceil(1.5 * 2 * 32 / 4)
+    assert dropped_share(model("mixtral-8x7b"), 3.0) == 0.0  # without a capacity factor nothing drops
+
+
+@pytest.mark.parametrize("args, flag", [
+    (["--model", "mixtral-8x7b", "--ep", "3", "--gpus", "6"], "--ep"),
+    (["--model", "mixtral-8x7b", "--ep", "4", "--gpus", "6"], "--ep"),
+    (["--model", "gpt2", "--ep", "2"], "--ep"),
+    (["--model", "mixtral-8x7b", "--ep", "2", "--strategy", "zero3"], "--ep"),
+    (["--model", "mixtral-8x7b", "--top-k", "9"], "--top-k"),
+    (["--model", "mixtral-8x7b", "--capacity-factor", "0"], "--capacity-factor"),
+    (["--model", "mixtral-8x7b", "--capacity-factor", "-1"], "--capacity-factor"),
+    (["--model", "mixtral-8x7b", "--expert-imbalance", "5"], "--expert-imbalance"),
+    (["--model", "mixtral-8x7b", "--a2a-algo", "ring"], "--a2a-algo"),
+    (["--model", "mixtral-8x7b", "--strategy", "3d", "--tp", "2"], "--tp"),
+    (["--strategy", "zero3", "--gpus", "16", "--zeropp-hpz", "3"], "--zeropp-hpz"),
+    (["--strategy", "zero3", "--gpus", "24", "--topology", "dgx-a100", "--zeropp-hpz", "6"], "--zeropp-hpz"),
+    (["--strategy", "zero2", "--zeropp-qwz"], "--zeropp-qwz"),
+    (["--strategy", "hsdp", "--gpus", "16", "--shard-size", "3"], "--shard-size"),
+    (["--strategy", "zero3", "--shard-size", "4"], "--shard-size"),
+])
+def test_bad_moe_and_sharding_input_is_one_line_and_exit_2(cli, args, flag):
+    out = cli("run", *args)
+    assert out.returncode == 2, out.stdout
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and flag in lines[0] and lines[0].startswith("simpar: error:"), out.stderr

@@ -94,6 +94,20 @@ class CountingComm:
         mine = self.ring_reduce_scatter(flat, group, op)
         return self.ring_all_gather(mine, flat.numel(), group)
 
+    # -- all-to-all ----------------------------------------------------------------------------
+    def all_to_all(self, chunks: list[torch.Tensor], group: list[int]) -> list[torch.Tensor]:
+        """Pairwise exchange (collectives/alltoall.py): in step k rank i sends ``chunks[i + k]`` to rank
+        i + k and receives from rank i - k a tensor shaped like its own chunk for it. Returns what each
+        rank of the group sent this one (its own chunk copied)."""
+        n, i = len(group), group.index(self.rank)
+        received = [None] * n
+        received[i] = chunks[i].clone()
+        for k in range(1, n):
+            to, source = (i + k) % n, (i - k) % n
+            received[source] = torch.empty_like(chunks[source])
+            self._exchange(chunks[to], group[to], received[source], group[source])
+        return received
+
     # -- Worker-Server ------------------------------------------------------------------------
     def ps_all_reduce(self, flat: torch.Tensor, group: list[int]) -> torch.Tensor:
         """Workers push to the server (the group's first rank), which sums and sends the sum back."""

@@ -22,6 +22,7 @@ from torch.utils.checkpoint import checkpoint
 from simpar.errors import SimparError
 from simpar.plan import Alloc, Collective, Compute, Copy, Free, Recv, Send, op_label
 from simpar.real.comm import CountingComm, NativeComm
+from simpar.real.experts import ExpertParallel, check_moe_supported
 from simpar.real.instrument import Recorder, SavedActivations
 from simpar.real.model import build_model, synthetic_batch
 from simpar.real.states import ModelStates, make_optimizer, module_parameters
@@ -60,6 +61,7 @@ def check_supported(scenario: Scenario) -> None:
     if spec.recompute == "selective" or (spec.recompute == "full" and spec.tp > 1):
         raise SimparError("--recompute: the executor recomputes whole layers (full) without tensor parallelism "
                           "only")
+    check_moe_supported(scenario)
 
 
 class RankExecutor:
@@ -79,6 +81,8 @@ class RankExecutor:
         # nccl: the GPU launch (or torchrun's LOCAL_RANK) made current; gloo: the CPU
         gpu = ctx.backend == "nccl"
         self.device = torch.device("cuda", torch.cuda.current_device()) if gpu else torch.device("cpu")
+        # expert parallelism: this rank keeps its experts of each MoE layer
+        self.experts = ExpertParallel(self.model, ctx.rank, list(grid.group(ctx.rank, "ep"))) if grid.ep > 1 else None
         self.model.to(self.device, self.dtype)
         self.reduction = None  # TP: what the Plan's next TP collective sums, gathers or scatters
         # TP: the forward or backward op run last, and when its reduction's continuation started (the work
@@ -192,6 +196,12 @@ class RankExecutor:
         key, m = (op.unit, op.microbatch), self.scenario.microbatches
         if half == 0:
             inputs[key] = ids if op.unit == 0 else outputs[(op.unit - 1, op.microbatch)].detach().requires_grad_()
+        if self.experts is not None and self.experts.is_split(op.unit):  # an MoE layer's part
+            with self.activations.hooks(key) if self.instrumented else nullcontext():
+                out = self.experts.forward(op.unit, op.microbatch, op.part, inputs[key] if half == 0 else None)
+            if out is not None:
+                outputs[key] = out
+            return 0.0
         if isinstance(self.model, TensorParallelModel):
             with self.activations.hooks(key) if self.instrumented else nullcontext():
                 self.reduction = self.model.forward_piece(op.unit, op.microbatch, half, inputs[key], targets,
@@ -218,6 +228,11 @@ class RankExecutor:
         sequence_parallel = isinstance(self.model, SequenceParallelModel)  # the gradient came with a gather
         if half == 0 and not head and not sequence_parallel:
             grad = self._output_grad(op.unit, op.microbatch, inputs, grad_out)
+        if self.experts is not None and self.experts.is_split(op.unit):
+            self.experts.backward(op.unit, op.microbatch, op.part, outputs.pop(key) if half == 0 else None, grad)
+            if op.part == "attn":
+                self.activations.release(key)
+            return
         if isinstance(self.model, TensorParallelModel):
             self.reduction = self.model.backward_piece(op.unit, op.microbatch, half, grad)
             if half == self.model.pieces(op.unit) - 1:
@@ -302,6 +317,12 @@ class RankExecutor:
         if op.group == "tp":
             return self._tensor_parallel(op)
         n, states = len(self.group), self.states
+        if op.group == "ep":
+            what, mb = op.payload.rsplit(" unit", 1)[0], int(op.payload.rsplit(" mb", 1)[1])
+            return self.experts.alltoall(self.comm, op.units[0], mb, what)
+        if self.experts is not None and op.payload in ("grads", "expert grads"):
+            group = list(self.plan.grid.group(self.ctx.rank, op.group))
+            return self.experts.reduce(self.comm, op, self.unit_params, group, n, self.plan.grid.edp)
         if op.op == "allreduce" and op.payload == "grads":
             states.unflatten(op.units, self._reduce(op, states.flat(op.units, "grad")) / n, "grad")
         elif op.op == "reducescatter" and op.payload == "grads":
@@ -354,6 +375,9 @@ def _train(ctx, executor: RankExecutor, steps: int) -> dict:
     else:
         params = {u: torch.cat([p.detach().float().reshape(-1) for p in executor.unit_params[u]])
                   for u in states.held}
+    if executor.experts is not None:  # an MoE layer's experts from every rank of the ep group (not counted)
+        for u in executor.experts.blocks:
+            params[u] = executor.experts.full_parameters(CountingComm(ctx.rank), u, executor.unit_params[u])
     recorder = executor.recorder
     return {"losses": losses, "params": params, "bytes_sent": executor.comm.sent,
             "bytes_received": executor.comm.received, "offload_bytes": states.copied,

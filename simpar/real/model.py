@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from simpar.models import ModelSpec
+from simpar.real.moe import MoEBlock
 
 
 def _norm(spec: ModelSpec) -> nn.Module:
@@ -93,7 +94,9 @@ class GPT(nn.Module):
         super().__init__()
         self.spec = spec
         embedding = Embedding(spec)
-        self.units = nn.ModuleList([embedding, *(Block(spec) for _ in range(spec.layers)), Head(spec, embedding)])
+        blocks = [MoEBlock(spec, Block(spec)) if spec.unit_kind(1 + i) == "moe" else Block(spec)
+                  for i in range(spec.layers)]
+        self.units = nn.ModuleList([embedding, *blocks, Head(spec, embedding)])
         for module in self.modules():  # GPT-2's initialisation: small weights keep the first loss near ln(vocab)
             if isinstance(module, (nn.Linear, nn.Embedding)):
                 nn.init.normal_(module.weight, std=0.02)

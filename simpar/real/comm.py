@@ -79,11 +79,13 @@ class CountingComm:
                     c[into] += part
         return torch.cat([c[i] for c in chunks])  # (a copy, even of one piece)
 
-    def ring_all_gather(self, mine: torch.Tensor, numel: int, group: list[int]) -> torch.Tensor:
-        """Gather every rank's chunk (``mine`` is chunk i of a ``numel``-element tensor)."""
+    def ring_all_gather(self, mine: torch.Tensor, numel: int, group: list[int],
+                        sizes: list[int] | None = None) -> torch.Tensor:
+        """Gather every rank's chunk (``mine`` is chunk i of a ``numel``-element tensor: its tensor_split
+        chunk, or of ``sizes`` elements each where given)."""
         n, i = len(group), group.index(self.rank)
         out = torch.empty(numel, dtype=mine.dtype, device=mine.device)
-        chunks = list(torch.tensor_split(out, n))
+        chunks = list(torch.split(out, sizes) if sizes else torch.tensor_split(out, n))
         chunks[i].copy_(mine)
         right, left = group[(i + 1) % n], group[(i - 1) % n]
         for k in range(n - 1):

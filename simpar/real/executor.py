@@ -22,7 +22,9 @@ from torch.utils.checkpoint import checkpoint
 from simpar.errors import SimparError
 from simpar.plan import Alloc, Collective, Compute, Copy, Free, Recv, Send, op_label
 from simpar.real.comm import CountingComm, NativeComm
-from simpar.real.experts import ExpertParallel, check_moe_supported
+from simpar.real.experts import ExpertParallel
+from simpar.real.support import check_supported
+from simpar.real.zeropp import ShardedCollectives
 from simpar.real.instrument import Recorder, SavedActivations
 from simpar.real.model import build_model, synthetic_batch
 from simpar.real.states import ModelStates, make_optimizer, module_parameters
@@ -30,39 +32,6 @@ from simpar.real.sequence_parallel import SequenceParallelModel, gather_sequence
 from simpar.real.tensor_parallel import TensorParallelModel, gather_full_parameters
 from simpar.scenario import Scenario
 from simpar.strategies import build_plan
-
-def check_supported(scenario: Scenario) -> None:
-    """What the executor cannot perform yet, as one clear error naming the flag."""
-    spec = scenario.strategy
-    if spec.pp > 1 and scenario.model.tied_embeddings:
-        raise SimparError(f"--model: {scenario.model.name} ties its embedding and head, which the executor "
-                          "cannot split across pipeline stages yet; use an untied model")
-    if spec.tp > 1 and scenario.model.vocab % spec.tp:
-        raise SimparError(f"--tp: the executor splits {scenario.model.name}'s vocabulary of {scenario.model.vocab} "
-                          f"evenly, which tp {spec.tp} does not divide")
-    if scenario.train.precision == "fp16-mixed":
-        raise SimparError("--precision: fp16 needs loss scaling, which the executor does not do; use bf16-mixed "
-                          "or fp32")
-    if scenario.train.mixed and spec.name == "zero3-infinity":
-        raise SimparError("--precision: the executor runs zero3-infinity in fp32 only")
-    if spec.algo not in (None, "ring", "ps"):
-        raise SimparError(f"--algo: the executor performs ring and ps (Worker-Server) collectives, not {spec.algo}")
-    if spec.sequence_parallel and scenario.model.seq % spec.tp:
-        raise SimparError(f"--sequence-parallel: the executor splits {scenario.model.name}'s sequence of "
-                          f"{scenario.model.seq} evenly over the TP ranks, which tp {spec.tp} does not divide")
-    if spec.tp_comm_overlap:
-        raise SimparError("--tp-comm-overlap: the executor runs ops one at a time; leave it out with --compare-real")
-    if spec.offload_params or (spec.param_persistence_threshold and scenario.gather_granularity == "module"):
-        raise SimparError("--deepspeed: offload_param and persistent ZeRO-3 parameters are DeepSpeed's habits, "
-                          "simulated but not performed by simpar's executor")
-    if scenario.grad_bytes != scenario.train.weight_bytes:
-        raise SimparError(f"--grad-accum-dtype: the executor keeps gradients in the weights' dtype, not "
-                          f"{spec.grad_accum_dtype}")
-    if spec.recompute == "selective" or (spec.recompute == "full" and spec.tp > 1):
-        raise SimparError("--recompute: the executor recomputes whole layers (full) without tensor parallelism "
-                          "only")
-    check_moe_supported(scenario)
-
 
 class RankExecutor:
     def __init__(self, ctx, scenario: Scenario, seed: int, collectives: str = "explicit"):
@@ -102,8 +71,12 @@ class RankExecutor:
         modules = None
         if scenario.strategy.name == "zero3" and scenario.gather_granularity == "module":
             modules = [module_parameters(unit) for unit in self.model.units]
-        self.states = ModelStates(self.unit_params, held, self.program, scenario, buckets, len(self.group),
-                                  self.index, ctx.rank, modules)
+        spec = scenario.strategy  # hsdp shards over the shard group; ZeRO++ and hsdp's calls: real/zeropp.py
+        self.state_group = list(grid.group(ctx.rank, "shard")) if spec.name == "hsdp" else self.group
+        self.states = ModelStates(self.unit_params, held, self.program, scenario, buckets, len(self.state_group),
+                                  self.state_group.index(ctx.rank), ctx.rank, modules)
+        self.sharded = (ShardedCollectives(self.comm, self.states, grid, ctx.rank, spec)
+                        if spec.name == "hsdp" or spec.zeropp else None)
         self.pending_sends: list = []
         self.next_compute: dict[int, tuple[int, int]] = {}  # op id -> (unit, micro-batch) of the next compute
         upcoming = None
@@ -320,6 +293,8 @@ class RankExecutor:
         if op.group == "ep":
             what, mb = op.payload.rsplit(" unit", 1)[0], int(op.payload.rsplit(" mb", 1)[1])
             return self.experts.alltoall(self.comm, op.units[0], mb, what)
+        if self.sharded is not None and op.payload.startswith(("params", "grads")) and len(self.group) > 1:
+            return self.sharded.perform(op)
         if self.experts is not None and op.payload in ("grads", "expert grads"):
             group = list(self.plan.grid.group(self.ctx.rank, op.group))
             return self.experts.reduce(self.comm, op, self.unit_params, group, n, self.plan.grid.edp)
@@ -368,7 +343,7 @@ def _train(ctx, executor: RankExecutor, steps: int) -> dict:
     if states.params_sharded:  # parameters stay sharded after the step: gather
         final = CountingComm(ctx.rank)  # them to report, outside the counted traffic
         for units in states.optimized:
-            states.unflatten(units, states.gather_whole(final, units, executor.group), "data", view=True)
+            states.unflatten(units, states.gather_whole(final, units, executor.state_group), "data", view=True)
     if isinstance(executor.model, TensorParallelModel):
         whole = gather_full_parameters(executor.model, CountingComm(ctx.rank), executor.tp_group)
         params = {u: whole[u] for u in states.held}

@@ -81,6 +81,7 @@ class ModelStates:
         self.shards: dict[tuple[int, ...], torch.Tensor] = {}  # this rank's chunk of each bucket
         self.host_shards: dict[tuple[int, ...], torch.nn.Parameter] = {}  # offload: the CPU's copy
         self.shard_grads: dict[tuple[int, ...], torch.Tensor] = {}
+        self.secondary: dict[tuple[int, ...], torch.Tensor] = {}  # ZeRO++ hpZ: chunks of the node's partition
         self.host_grads: dict[tuple[int, ...], torch.Tensor] = {}
         for units in buckets:
             flat = self.flat(units, "data")
@@ -277,7 +278,8 @@ class ModelStates:
         grads = [p.grad for p in self.params]
         held: dict = {}
         if self.params_sharded:  # gathered whole units are communication buffers
-            held[("gpu", "params")], held[("gpu", "buffers")] = list(self.shards.values()), list(self.params)
+            held[("gpu", "params")] = list(self.shards.values()) + list(self.secondary.values())
+            held[("gpu", "buffers")] = list(self.params)
         else:
             held[("gpu", "params")], held[("gpu", "buffers")] = list(self.params), []
         if self.grads_sharded:  # a full gradient lives only until its bucket is reduced

@@ -48,7 +48,7 @@ def build(scenario: Scenario, params_memory: str = "gpu", optimizer_memory: str 
     hooks = _Hooks(**hooks)
     work = Work(scenario)
     shard = sharding(scenario)
-    n = shard or spec.dp
+    n = shard if spec.name == "hsdp" else spec.dp  # (hpZ's partition is a second copy beside the dp shard)
     prog = Program(tuple(range(spec.dp)), name="all ranks")
     phi = work.params(range(work.num_units))
     # offload: gradient shards go to the host

@@ -67,3 +67,19 @@ def dropped_share(model, imbalance: float = 1.0) -> float:
     if model.capacity_factor is None:
         return 0.0
     return max(0.0, imbalance - model.capacity_factor) / model.experts
+
+
+def executor_activation_bytes(model, micro_batch: int, w: int, imbalance: float = 1.0) -> float:
+    """Bytes simpar's executor MoE layer (real/moe.py) saves for backward, as its saved-tensor hooks count them
+    (measured over experts 4 and 8, top-k 1 to 4, capacity factors 1.5 and 3, GELU and SwiGLU, fp32): the
+    attention half of a dense layer's (ModelSpec.executor_activation_bytes without the ffn-wide tensors);
+    per token copy picked back (top_k a token) its expert output, w·h, and 68 bytes of routing (indices,
+    masks, weights); per buffer row the expert's input and its ffn-wide tensors (2 for GELU, 4 for SwiGLU);
+    per token the shared experts' ffn-wide tensors; 8 bytes a sequence. (A copy dropped beyond its expert's
+    capacity saves 24 bytes less, its three dispatch indices: the count assumes none is.)"""
+    tokens = micro_batch * model.seq
+    wide = 4 if model.activation == "swiglu" else 2
+    attention = model.executor_activation_bytes("layer", micro_batch, w) - tokens * w * wide * model.ffn
+    rows = buffer_rows(model, micro_batch, imbalance)
+    return (attention + tokens * model.top_k * (w * model.hidden + 68) + rows * w * (model.hidden + wide * model.expert_width)
+            + tokens * model.shared_experts * wide * model.expert_width * w + 8 * micro_batch)

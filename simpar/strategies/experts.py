@@ -14,7 +14,7 @@ the rest of the model over all dp ranks.
 
 from __future__ import annotations
 
-from simpar.models.moe import buffer_rows, slots
+from simpar.models.moe import buffer_rows, executor_activation_bytes, slots
 from simpar.plan import Collective, Compute, Program
 
 PARTS = ("attn", "experts", "combine")
@@ -41,6 +41,9 @@ def moe_unit(work, model, spec, b: int, w: int, kept_scale: float):
         f, bwd = parts["attn"]
         parts["attn"] = (f, bwd + 4.0 * tokens * s * h)
     kept, full = moe_activation_bytes(model, b, spec, w, kept_scale)
+    if work.executor_activations:  # simpar's executor's MoE layer, as measured (models/moe.py)
+        full = executor_activation_bytes(model, b, w, spec.expert_imbalance)
+        kept = w * b * model.seq * model.hidden if spec.recompute == "full" else full  # (checkpoint: the input)
     fwd = sum(f for f, _ in parts.values())
     bwd = sum(g for _, g in parts.values())
     unit = UnitWork(params, fwd, bwd, params * w + full, 2 * (params * w + full), kept, full - kept,

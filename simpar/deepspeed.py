@@ -39,8 +39,7 @@ NOT_MODELLED = {
 ZERO_NOT_MODELLED = {
     "contiguous_gradients", "reduce_scatter", "round_robin_gradients", "stage3_gather_16bit_weights_on_model_save",
     "stage3_gather_fp16_weights_on_model_save", "elastic_checkpoint", "ignore_unused_parameters",
-    "use_multi_rank_bucket_allreduce", "zero_hpz_partition_size", "zero_quantized_weights",
-    "zero_quantized_gradients", "zero_quantized_nontrainable_weights", "memory_efficient_linear",
+    "use_multi_rank_bucket_allreduce", "zero_quantized_nontrainable_weights", "memory_efficient_linear",
     "load_from_fp32_weights", "allgather_partitions", "allgather_bucket_size", "mics_shard_size", "legacy_stage1",
     "stage3_model_persistence_threshold", "stage3_module_granularity_threshold", "compute_grad_norm",
     "stage3_use_all_reduce_for_fetch_params", "stage3_allgather_sequential", "cpu_offload_use_pin_memory",
@@ -57,12 +56,15 @@ ZERO_ALIASES = {name: f"stage3_{name}" for name in (
 ZERO_DEFAULTS = {"reduce_bucket_size": 500_000_000, "stage3_prefetch_bucket_size": 50_000_000,
                  "stage3_param_persistence_threshold": 100_000, "stage3_max_live_parameters": 1_000_000_000,
                  "stage3_max_reuse_distance": 1_000_000_000, "sub_group_size": 1_000_000_000}
-REASONS = {"allgather_bucket_size": "simpar gathers updated parameters in the reduce buckets"}
+REASONS = {"allgather_bucket_size": "simpar gathers updated parameters in the reduce buckets",
+           "moe": "DeepSpeed configures MoE in the model's code (deepspeed.moe.layer.MoE); give --experts, --top-k, "
+                  "--capacity-factor and --ep"}
 TOP_LEVEL = {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
              "zero_optimization", "fp16", "bf16", "bfloat16", "optimizer", "data_types"}
 ZERO_READ = {"stage", "offload_optimizer", "offload_param", "reduce_bucket_size", "overlap_comm",
              "stage3_prefetch_bucket_size", "stage3_max_reuse_distance", "stage3_param_persistence_threshold",
-             "stage3_max_live_parameters", "sub_group_size"}
+             "stage3_max_live_parameters", "sub_group_size", "zero_quantized_weights", "zero_hpz_partition_size",
+             "zero_quantized_gradients"}
 OPTIMIZER_TYPES = {"adam": "adam", "adamw": "adamw", "fusedadam": "adam", "cpuadam": "adam",
                    "deepspeedcpuadam": "adam", "sgd": "sgd"}
 
@@ -250,6 +252,13 @@ def read_config(config: dict, model: ModelSpec, dp: int, precision_flag: str | N
         options["param_persistence_threshold"] = sizes["stage3_param_persistence_threshold"]
         options["max_live_parameters"] = sizes["stage3_max_live_parameters"]
         options["sub_group_size"] = sizes["sub_group_size"]
+        # ZeRO++: int8 weight gathers, the hpZ partition, int4 gradient reduce-scatters (simpar: layer by layer)
+        for key, option in (("zero_quantized_weights", "zeropp_qwz"), ("zero_quantized_gradients", "zeropp_qgz")):
+            if _value(zero, key, "zero_optimization.", kind=bool, auto=False):
+                options[option] = effective[f"zero_optimization.{key}"] = True
+        hpz = _value(zero, "zero_hpz_partition_size", "zero_optimization.", auto=1)
+        if hpz > 1:
+            options["zeropp_hpz"] = effective["zero_optimization.zero_hpz_partition_size"] = hpz
     overlap = _value(zero, "overlap_comm", "zero_optimization.", kind=bool, auto=None)
     if overlap is None:  # DeepSpeed's default: overlap for stage 3 only (zero/config.py, overlap_comm_valid)
         overlap = defaults["overlap_comm"] = stage == 3
@@ -274,7 +283,7 @@ def read_config(config: dict, model: ModelSpec, dp: int, precision_flag: str | N
         if optimizer == "sgd" and (section.get("params") or {}).get("momentum"):
             optimizer = "sgd-momentum"
 
-    ignored = sorted(k for k in config if k in NOT_MODELLED)
+    ignored = sorted(k + (f" ({REASONS[k]})" if k in REASONS else "") for k in config if k in NOT_MODELLED)
     ignored += sorted(f"zero_optimization.{k}" + (f" ({REASONS[k]})" if k in REASONS else "")
                       for k in zero if k in ZERO_NOT_MODELLED)
     unknown = sorted(k for k in config if k not in TOP_LEVEL | NOT_MODELLED)

@@ -2,8 +2,9 @@
 
 A candidate is (strategy, dp, pp, tp, micro-batch, recomputation, pipeline schedule) at a fixed
 global batch, so step times compare like for like (same tokens per step). Data parallelism alone
-tries ddp, ZeRO-1/2/3 and ZeRO-Offload; any pipeline or tensor split is Megatron 3D (ZeRO-1 across
-data-parallel ranks), tensor parallelism kept inside a machine. Each candidate's Plan is walked for
+tries ddp, ZeRO-1/2/3, ZeRO-Offload and (across machines) hybrid sharding; any pipeline or tensor split is
+Megatron 3D (ZeRO-1 across data-parallel ranks), tensor parallelism kept inside a machine. An MoE model's
+layouts also split its experts over every expert-parallel degree that divides both its experts and dp. Each candidate's Plan is walked for
 its memory first (cheap); only those under the memory cap are priced, on the fast path
 (sim/fast.py: each network op priced once, alone; ``exact`` simulates in full), and long
 accumulations extrapolated from two short ones (Search.evaluate).
@@ -11,6 +12,7 @@ accumulations extrapolated from two short ones (Search.evaluate).
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
@@ -26,8 +28,9 @@ from simpar.sim.runner import Simulator
 from simpar.sim.memory_check import check_host
 from simpar.sim.tracker import walk
 from simpar.strategies import build_plan
+from simpar.strategies.layout import EXPERT_PARALLEL
 
-DATA_PARALLEL = ("ddp", "zero1", "zero2", "zero3", "zero2-offload", "zero3-offload")
+DATA_PARALLEL = ("ddp", "zero1", "zero2", "zero3", "zero2-offload", "zero3-offload", "hsdp")
 MICRO_BATCHES = (1, 2, 4, 8)
 RECOMPUTE = ("none", "selective", "full")
 
@@ -42,9 +45,10 @@ class Candidate:
     recompute: str
     schedule: str = "1f1b"
     virtual_stages: int = 1
+    ep: int = 1
 
     def describe(self) -> str:
-        layout = f"dp {self.dp} x pp {self.pp} x tp {self.tp}"
+        layout = f"dp {self.dp} x pp {self.pp} x tp {self.tp}" + (f", ep {self.ep}" if self.ep > 1 else "")
         schedule = "" if self.pp == 1 else f", {self.schedule}" + (f" v={self.virtual_stages}"
                                                                     if self.virtual_stages > 1 else "")
         return f"{self.strategy} ({layout}{schedule}), micro-batch {self.micro_batch}, recompute {self.recompute}"
@@ -66,10 +70,15 @@ def _divisors(n: int) -> list[int]:
 
 def candidates(model: ModelSpec, gpus: int, global_batch: int, gpus_per_machine: int,
                strategies: tuple[str, ...] = DATA_PARALLEL + ("3d",)) -> list[Candidate]:
-    """Every layout whose degrees divide the GPUs, layers, heads and batch; tp within a machine."""
+    """Every layout whose degrees divide the GPUs, layers, heads and batch; tp within a machine (MoE: tp 1, and
+    each expert-parallel degree of the experts dividing dp); hsdp only where there are several machines."""
     out = []
+    if gpus <= gpus_per_machine:
+        strategies = tuple(s for s in strategies if s != "hsdp")
     for tp in _divisors(gpus):
         if tp > gpus_per_machine or model.heads % tp or model.n_kv_heads % tp or model.ffn % tp:
+            continue
+        if model.experts and tp > 1:
             continue
         for pp in _divisors(gpus // tp):
             if model.layers % pp:
@@ -87,7 +96,9 @@ def candidates(model: ModelSpec, gpus: int, global_batch: int, gpus_per_machine:
                     out.append(Candidate("3d", dp, pp, tp, mb, recompute))
                     if pp > 1 and m % pp == 0 and model.layers % (2 * pp) == 0:
                         out.append(Candidate("3d", dp, pp, tp, mb, recompute, "interleaved", 2))
-    return out
+    expert_parallel = [dataclasses.replace(c, ep=ep) for c in out if c.strategy in EXPERT_PARALLEL
+                       for ep in _divisors(c.dp) if ep > 1 and model.experts % ep == 0] if model.experts else []
+    return out + expert_parallel
 
 
 class Search:
@@ -117,7 +128,7 @@ class Search:
         return make_scenario(self.model, c.strategy, self.gpus, topology=self.topology_name, device=self.device,
                              micro_batch=c.micro_batch, global_batch=batch, precision=self.precision,
                              optimizer=self.optimizer, dp=c.dp, pp=c.pp, tp=c.tp, recompute=c.recompute,
-                             schedule=c.schedule, virtual_stages=c.virtual_stages)
+                             schedule=c.schedule, virtual_stages=c.virtual_stages, ep=c.ep)
 
     def evaluate(self, c: Candidate) -> Outcome:
         """Memory first, then the step time. Many micro-batches: a step is affine in their number

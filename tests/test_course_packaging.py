@@ -26,6 +26,7 @@ def test_lessons_copy_into_a_working_folder_without_overwriting(tmp_path, capsys
     assert notebooks == sorted(p.name for p in (ROOT / "lessons").glob("*.ipynb")) and len(notebooks) == 8
     assert (tmp_path / "assignments" / "a1" / "ring.py").read_text() == (ROOT / "assignments/a1/ring.py").read_text()
     assert (tmp_path / "assignments" / "a4" / "test_zero2.py").exists()
+    assert (tmp_path / "assignments" / "a5" / "test_dispatch.py").exists()
     assert not list(tmp_path.rglob("*solution*")) and not (tmp_path / "instructor").exists()
     (tmp_path / "assignments" / "a1" / "ring.py").write_text("# my work\n")
     assert main(["lessons", "--dir", str(tmp_path), "--copy-only"]) == 0

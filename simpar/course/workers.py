@@ -97,3 +97,25 @@ def _zero2_worker(ctx, spec: str, steps: int, optimizer: str):
 def run_zero2(spec: str, world: int, steps: int, optimizer: str, timeout: float = 120.0) -> list:
     """Per rank: (final flat parameters, bytes sent, optimizer state bytes, its shard range)."""
     return launch(_zero2_worker, world, (spec, steps, optimizer), timeout=timeout)
+
+
+def _dispatch_worker(ctx, spec: str, experts: int, capacity: int, tokens: int, hidden: int):
+    """A5: dispatch this rank's tokens to the ranks of their experts (expert e scales by e + 1) and back."""
+    solution = load(spec)
+    comm = Comm(ctx.rank, ctx.world)
+    generator = torch.Generator().manual_seed(ctx.rank)
+    x = torch.randn(tokens, hidden, generator=generator)
+    expert = torch.randint(0, experts, (tokens,), generator=generator)
+    buffer, slot = solution.dispatch_buffer(x, expert, experts, capacity)
+    local = experts // ctx.world
+    arrived = solution.all_to_all(list(buffer.split(local)), comm)  # my experts' rows from every rank
+    scale = (torch.arange(local) + ctx.rank * local + 1.0).view(local, 1, 1)
+    back = solution.all_to_all([rows * scale for rows in arrived], comm)
+    out = solution.combine(torch.cat(back), expert, slot)
+    return x.tolist(), expert.tolist(), out.tolist(), comm.bytes_sent, comm.bytes_received
+
+
+def run_dispatch(spec: str, world: int, experts: int, capacity: int, tokens: int, hidden: int,
+                 timeout: float = 60.0) -> list:
+    """Per rank: (tokens, their experts, outputs combined back, bytes sent, bytes received)."""
+    return launch(_dispatch_worker, world, (spec, experts, capacity, tokens, hidden), timeout=timeout)

@@ -65,9 +65,14 @@ def is_gpu_profile(path: str) -> bool:
 
 
 def scenario_json(scenario: Scenario) -> dict:
-    return {"model": scenario.model.name, "params": scenario.model.params, "train": asdict(scenario.train),
+    data = {"model": scenario.model.name, "params": scenario.model.params, "train": asdict(scenario.train),
             "strategy": asdict(scenario.strategy), "cluster": asdict(scenario.cluster),
             "microbatches": scenario.microbatches}
+    if scenario.model.experts:
+        from simpar.models.moe import step_summary
+
+        data["active_params"], data["moe"] = scenario.model.active_params, step_summary(scenario)
+    return data
 
 
 def write_figures(args, scenario: Scenario, result: dict) -> list[str]:

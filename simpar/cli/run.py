@@ -245,6 +245,8 @@ def print_result(scenario: Scenario, result: SimResult) -> None:
     print(f"{s.name} on {c.gpus} GPUs ({where}): {scenario.model.name}, {t.precision}, {t.optimizer}")
     print(f"  layout dp {s.dp} x pp {s.pp} x tp {s.tp}" + (f" (ep {s.ep})" if s.ep > 1 else "") + f"; global batch {t.global_batch} = micro-batch "
           f"{t.micro_batch} x dp {s.dp} x {scenario.microbatches} micro-batch(es)")
+    if scenario.model.experts:
+        print_moe(scenario)
     print(f"\nstep time {units.human_time(result.step_time_s)}  "
           f"({t.global_batch / result.step_time_s:,.1f} samples/s, {tokens / result.step_time_s:,.0f} tokens/s)")
     if result.flops:
@@ -277,6 +279,18 @@ def print_result(scenario: Scenario, result: SimResult) -> None:
             print(f"  {link['name']:<36}{link['kind']:<8}{units.human_bytes(link['bytes']):>12}")
     for note in result.notes:
         print(f"note: {note}")
+
+
+def print_moe(scenario: Scenario) -> None:
+    from simpar.models.moe import step_summary
+
+    moe = step_summary(scenario)
+    cap = moe["capacity_factor"]
+    rule = f"capacity factor {cap:g}" if cap is not None else "no capacity (buffers sized to the busiest expert)"
+    print(f"  MoE: top-{moe['top_k']} of {moe['experts']} experts, ep {moe['ep']}, {rule}, busiest expert "
+          f"{moe['imbalance']:g}x the mean: {moe['slots_per_sequence']} slots an expert a sequence; "
+          f"{moe['dropped_copies_per_step']:,} of {moe['token_copies_per_step']:,} token copies dropped a step "
+          f"({100 * moe['dropped_share']:.1f} %)")
 
 
 def _grouped(ranks: list[dict]):

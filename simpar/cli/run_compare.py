@@ -131,7 +131,12 @@ def print_comparison(scenario: Scenario, result: dict, backend: str) -> None:
           f"{t.optimizer}, global batch {t.global_batch}")
     print(f"simulated on a profile of this machine vs measured with {backend} ({result['real']['steps']} steps; "
           f"losses {loss_summary(result['real']['losses'])})")
-    print(f"note: {result['profile']}\n")
+    print(f"note: {result['profile']}")
+    if scenario.model.experts:  # (the simulated routing; the measured one is in the notes below)
+        from simpar.cli.run import print_moe
+
+        print_moe(scenario)
+    print()
     print(f"  {'':<22}{'simulated':>12}{'measured':>12}{'error':>10}")
     print(_line("step time", c["step_time_s"], units.human_time))
     print("time per op class (mean per rank and step, the first step left out; ops priced and run one at a time, "

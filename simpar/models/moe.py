@@ -83,3 +83,14 @@ def executor_activation_bytes(model, micro_batch: int, w: int, imbalance: float 
     rows = buffer_rows(model, micro_batch, imbalance)
     return (attention + tokens * model.top_k * (w * model.hidden + 68) + rows * w * (model.hidden + wide * model.expert_width)
             + tokens * model.shared_experts * wide * model.expert_width * w + 8 * micro_batch)
+
+
+def step_summary(scenario) -> dict:
+    """What a step's routing does, for reports: the buffers' slots, the all-to-all calls, dropped copies."""
+    model, spec, train = scenario.model, scenario.strategy, scenario.train
+    imbalance = spec.expert_imbalance
+    copies = train.global_batch * model.seq * model.top_k * model.moe_layers  # token copies routed a step
+    return {"experts": model.experts, "top_k": model.top_k, "ep": spec.ep, "capacity_factor": model.capacity_factor,
+            "imbalance": imbalance, "slots_per_sequence": slots(model, imbalance),
+            "token_copies_per_step": copies, "dropped_share": dropped_share(model, imbalance),
+            "dropped_copies_per_step": round(copies * dropped_share(model, imbalance))}

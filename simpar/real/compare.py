@@ -74,6 +74,11 @@ def real_json(scenario: Scenario, ranks: list[dict], steps: int, collectives: st
     notes = ["time per op: ops run one after another here (no stream overlap); a pipeline "
              "receive's time includes waiting for the sender (the bubble); a data-parallel collective's time "
              "includes flattening and re-pointing its tensors (a calibrated profile prices that too)"]
+    copies = [r["moe_copies"] for r in ranks if r.get("moe_copies")]
+    if copies:
+        routed, dropped = sum(c[0] for c in copies), sum(c[1] for c in copies)
+        notes.append(f"MoE: {dropped:,} of {routed:,} token copies dropped past their expert's capacity "
+                     f"({100 * dropped / routed:.1f} %) over the {steps} steps")
     if collectives == "native":
         notes.append("collectives: the backend's own (--collectives native), whose traffic is not counted; "
                      "bytes sent and received are not measured")

@@ -23,6 +23,7 @@ from simpar.errors import SimparError
 from simpar.plan import Alloc, Collective, Compute, Copy, Free, Recv, Send, op_label
 from simpar.real.comm import CountingComm, NativeComm
 from simpar.real.experts import ExpertParallel
+from simpar.real.moe import MoEBlock
 from simpar.real.support import check_supported
 from simpar.real.zeropp import ShardedCollectives
 from simpar.real.instrument import Recorder, SavedActivations
@@ -357,7 +358,13 @@ def _train(ctx, executor: RankExecutor, steps: int) -> dict:
     return {"losses": losses, "params": params, "bytes_sent": executor.comm.sent,
             "bytes_received": executor.comm.received, "offload_bytes": states.copied,
             "step_times": recorder.step_times, "timeline": recorder.timeline, "op_means": recorder.op_means(),
-            "memory": recorder.report()}
+            "memory": recorder.report(), "moe_copies": _moe_copies(executor.model)}
+
+
+def _moe_copies(model) -> tuple[int, int] | None:
+    """(token copies routed, dropped past capacity) by this rank's MoE layers over the run; None when dense."""
+    blocks = [u for u in model.units if isinstance(u, MoEBlock)]
+    return (sum(b.routed for b in blocks), sum(b.dropped for b in blocks)) if blocks else None
 
 
 def single_process(scenario: Scenario, steps: int, seed: int) -> dict:

@@ -98,12 +98,15 @@ class MoEBlock(nn.Module):
         self.experts = nn.ModuleList(Expert(spec) for _ in range(spec.experts))
         # without a capacity factor every copy fits: an expert takes at most a sequence's every token
         self.imbalance = 1.0 if spec.capacity_factor is not None else spec.experts / spec.top_k
+        self.routed = self.dropped = 0  # token copies the router sent here, and those past their capacity
 
     def attend(self, x: torch.Tensor):
         """The "attn" part: (h1, z, routing, dispatch buffer)."""
         h1 = x + self.o(self._attention[0].heads_output(self.norm1(x)))
         z = self.norm2(h1)
         routing = route(self.spec, self.router, z, self.imbalance)
+        self.routed += routing.kept.numel()
+        self.dropped += int((~routing.kept).sum())
         return h1, z, routing, dispatch(self.spec, z, routing, self.imbalance)
 
     def finish(self, h1: torch.Tensor, z: torch.Tensor, routing: Routing, outputs: torch.Tensor) -> torch.Tensor:

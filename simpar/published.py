@@ -1,7 +1,8 @@
 """``simpar validate --published``: the simulator against published measurements of real runs.
 
-Each case of validation/published.json names its source, hardware preset, model shape, layout and
-batch, the quantity measured and its value; this module simulates it and reports simulated beside
+Each case of validation/published.json names its source, hardware preset, model shape (an MoE's experts
+too), layout (``ep`` for expert parallelism; a ``strategy`` other than 3d and further strategy ``options``
+such as ZeRO++'s) and batch, the quantity measured and its value; this module simulates it and reports simulated beside
 measured with the relative error (simulated - measured) / measured. Sets A-C are the referee (their
 mean and max |error| are the summary); set D is weaker (its setup is partly assumed) and reported
 apart. A case simpar cannot express (an unknown preset, an impossible layout) is skipped with the
@@ -52,9 +53,12 @@ def _scenario(case: dict, microbatches: int | None = None):
     model = ModelSpec(**case["model"])  # the entry's keys are ModelSpec's fields
     dp = lay["gpus"] // (lay["tp"] * lay["pp"])
     batch = case["batch"] if microbatches is None else case["micro_batch"] * dp * microbatches
-    return make_scenario(model, "3d", lay["gpus"], topology=case["hardware"], micro_batch=case["micro_batch"],
-                         global_batch=batch, precision=case.get("precision", "bf16-mixed"), tp=lay["tp"],
-                         pp=lay["pp"], dp=dp, recompute=case.get("recompute", "none"),
+    strategy = case.get("strategy", "3d")  # data-parallel ones (zero3 with ZeRO++, hsdp...) take dp alone
+    degrees = {"tp": lay["tp"], "pp": lay["pp"], "dp": dp} if strategy in ("3d", "pp", "tp") else {}
+    return make_scenario(model, strategy, lay["gpus"], topology=case["hardware"], micro_batch=case["micro_batch"],
+                         global_batch=batch, precision=case.get("precision", "bf16-mixed"), **degrees,
+                         recompute=case.get("recompute", "none"), ep=lay.get("ep", 1),
+                         **case.get("options", {}),  # further StrategySpec fields: expert_imbalance, zeropp_*...
                          schedule=lay.get("schedule", "1f1b"), virtual_stages=lay.get("virtual_stages", 1),
                          sequence_parallel=lay.get("sequence_parallel", False),
                          tp_comm_overlap=lay.get("tp_comm_overlap", False),

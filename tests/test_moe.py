@@ -186,3 +186,23 @@ def test_executor_moe_activations_are_what_autograd_saves_whole_and_in_parts(cha
         parts.alltoall(comm, 1, 0, "combine")
         parts.forward(1, 0, "combine", None)
     assert _saved_bytes(gpt, in_parts) == executor_activation_bytes(spec, b, 4)
+
+
+def test_the_published_suite_expresses_moe_zeropp_and_alltoall_cases():
+    from simpar.published import run_case
+
+    mixtral = {k: v for k, v in model("mixtral-8x7b").__dict__.items() if k != "name"}
+    cases = [
+        {"id": "moe", "set": "T", "hardware": "dgx-h100", "quantity": "tflops_per_gpu", "measured": 100.0,
+         "model": {"name": "mixtral", **mixtral}, "layout": {"gpus": 64, "tp": 1, "pp": 4, "ep": 8},
+         "micro_batch": 1, "batch": 256, "recompute": "full"},
+        {"id": "zero++", "set": "T", "hardware": "dgx-a100", "quantity": "tflops_per_gpu", "measured": 100.0,
+         "strategy": "zero3", "options": {"zeropp_qwz": True, "zeropp_hpz": 8, "zeropp_qgz": True},
+         "model": {k: v for k, v in model("llama2-7b").__dict__.items()}, "layout": {"gpus": 32, "tp": 1, "pp": 1},
+         "micro_batch": 1, "batch": 32, "recompute": "full"},
+        {"id": "a2a", "set": "T", "hardware": "dgx-h100", "quantity": "busbw_GBps", "measured": 40.0,
+         "collective": {"op": "alltoall", "gpus": 16, "bytes": 2**28}},
+    ]
+    for case in cases:
+        row = run_case(case)
+        assert "skipped" not in row and row["simulated"] > 0, row

@@ -172,7 +172,8 @@ def run_figure(result: dict, panels: list[str] | None = None):
         strategy = scenario["strategy"]
         fig.suptitle(f"{strategy['name']} on {scenario['cluster']['gpus']} GPUs "
                      f"({scenario['cluster']['topology']}): {scenario['model']}, "
-                     f"dp {strategy['dp']} x pp {strategy['pp']} x tp {strategy['tp']}")
+                     f"dp {strategy['dp']} x pp {strategy['pp']} x tp {strategy['tp']}"
+                     + (f", ep {strategy['ep']}" if strategy.get("ep", 1) > 1 else ""))
     fig.tight_layout(rect=(0, 0, 1, 0.98))
     return fig
 

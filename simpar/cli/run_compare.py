@@ -53,6 +53,9 @@ def auto_steps(step_time: float) -> int:
 
 def run_and_compare(args, scenario: Scenario, notes: list[str] = ()) -> int:
     steps, timeout, seed, backend, collectives = real_options(args)
+    if collectives == "native" and scenario.strategy.ep > 1:
+        raise SimparError("--collectives: expert parallelism's all-to-all runs as explicit pairwise sends only "
+                          "(gloo has no list all-to-all); leave --collectives native out")
     world = scenario.strategy.dp * scenario.strategy.pp * scenario.strategy.tp
     have = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if backend == "nccl" and have < world:

@@ -74,8 +74,16 @@ def show_memory(args) -> int:
         name, params = spec.name, spec.params
     memory = model_states(args.strategy.strip().lower(), params, gpus, train)
     if spec is not None:
-        memory = replace(memory, activations=spec.layers * spec.layer_activation_bytes(
-            micro_batch, args.recompute, args.flash_attention))
+        dense = (spec.layers - spec.moe_layers) * spec.layer_activation_bytes(micro_batch, args.recompute,
+                                                                               args.flash_attention)
+        if spec.experts:  # MoE layers: strategies/experts.py's count (uniform routing, 16-bit)
+            from types import SimpleNamespace
+
+            from simpar.strategies.experts import moe_activation_bytes
+
+            how = SimpleNamespace(recompute=args.recompute, flash_attention=args.flash_attention, expert_imbalance=1.0)
+            dense += spec.moe_layers * moe_activation_bytes(spec, micro_batch, how, 2, 1.0)[0]
+        memory = replace(memory, activations=dense)
     result = {"model": name, "params": params, "strategy": args.strategy, "gpus": gpus, "per_gpu": memory.to_json()}
     if args.json and write_json(result, args.json):
         return 0

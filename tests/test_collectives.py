@@ -140,7 +140,8 @@ def test_p2p_moves_bytes_between_two_ranks_only():
 
 
 @pytest.mark.parametrize("op, algo, message", [
-    ("alltoall", "ring", "--op: unknown collective"),
+    ("gossip", "ring", "--op: unknown collective"),
+    ("alltoall", "ring", "--algo: alltoall has no algorithm 'ring'"),
     ("allreduce", "magic", "--algo: allreduce has no algorithm 'magic'"),
     ("allgather", "tree", "--algo: allgather has no algorithm 'tree'"),
 ])
@@ -148,6 +149,24 @@ def test_unknown_op_or_algorithm(op, algo, message):
     topo = topologies.build("ring", 4)
     with pytest.raises(SimparError, match=message):
         expand(op, algo, topo, topo.gpus, S)
+
+
+def test_alltoall_pairwise_and_hierarchical_move_the_same_bytes_across_nodes():
+    """Each rank sends (n-1)/n of its buffer pairwise; the hierarchical one forwards inside the node first, so
+    the same bytes cross the network in one message per other node instead of one per remote rank."""
+    topo = topologies.build("dgx-a100", 32)
+    nbytes = 32 * 2**20
+    crossing = {}
+    for algo in ("pairwise", "hierarchical"):
+        phases = expand("alltoall", algo, topo, topo.gpus, nbytes)
+        remote = [t for p in phases for t in p.transfers if topo.machine(t.src) != topo.machine(t.dst)]
+        crossing[algo] = (sum(t.nbytes for t in remote), len(remote))
+        if algo == "pairwise":
+            assert len(phases) == 31
+            assert all(sum(t.nbytes for p in phases for t in p.transfers if t.src == g) == nbytes * 31 // 32
+                       for g in topo.gpus)
+    assert crossing["pairwise"][0] == crossing["hierarchical"][0] == 32 * nbytes * 24 // 32
+    assert crossing["hierarchical"][1] == 32 * 3 < crossing["pairwise"][1] == 32 * 24
 
 
 def test_hierarchical_needs_equal_ranks_per_machine():

@@ -20,7 +20,8 @@ def register(sub) -> None:
     algos = sorted({a for table in OPS.values() for a in table})
     p.add_argument("--op", default="allreduce", help=f"collective: {', '.join(OPS)} (default allreduce)")
     p.add_argument("--algo", default=None,
-                   help=f"algorithm: {', '.join(algos)}; ps = Worker-Server (default ring; p2p: direct)")
+                   help=f"algorithm: {', '.join(algos)}; ps = Worker-Server (default ring; p2p: direct; "
+                        "alltoall: pairwise)")
     p.add_argument("--gpus", help="number of ranks, one per GPU (default 8; all of a --cluster's)")
     p.add_argument("--bytes", default="1e9", help="message size S in bytes, e.g. 1e9 or 256MiB (default 1e9); "
                    "for all-gather the gathered size, for reduce-scatter the input size")

@@ -7,7 +7,9 @@ step on the whole model or on the rank's shard, offload copies between "GPU" and
 
 Parameters, gradients and optimizer states are held the way the Plan says (``states.py``), and
 what a rank measures (op times, bytes per memory and category) is recorded as it goes
-(``instrument.py``); tensor-parallel units run piece by piece (``tensor_parallel.py``).
+(``instrument.py``); tensor-parallel units run piece by piece (``tensor_parallel.py``), expert-parallel MoE
+layers part by part with their all-to-alls (``experts.py``), and ZeRO++'s and hsdp's collectives are
+``zeropp.py``'s.
 """
 
 from __future__ import annotations

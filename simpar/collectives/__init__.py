@@ -77,7 +77,7 @@ OPS: dict[str, dict[str, Expansion]] = {
         "tree": lambda c: tree.reduce(c.group, c.nbytes, c.root),
     },
     "alltoall": {
-        "pairwise": lambda c: alltoall.pairwise(c.group, c.nbytes),
+        "pairwise": lambda c: alltoall.pairwise(c.group, c.nbytes, concurrent=c.topology.nccl),
         "hierarchical": lambda c: alltoall.hierarchical(c.group, c.nbytes, c.topology),
     },
     "p2p": {"direct": _p2p},

@@ -2,8 +2,10 @@
 combine, Ulysses). ``nbytes`` is one rank's whole send buffer S, chunk j (S/n) for rank j; a rank keeps
 its own chunk, so it sends and receives (n - 1)/n x S.
 
-pairwise: n - 1 phases; in phase k rank i sends its chunk to rank i + k and receives from rank i - k
-(NCCL's and gloo's way: one peer per step, every link busy in both directions).
+pairwise: in step k rank i sends its chunk to rank i + k and receives from rank i - k. NCCL posts every
+peer's send and receive in one group (ncclGroupStart/End), so on NCCL topologies the n - 1 steps run at
+once, sharing the links (NVLink and the NIC busy together); elsewhere (gloo, simpar's executor) they run
+one after another, as n - 1 phases.
 
 hierarchical (two hops, as DeepSpeed-MoE's and Tutel's): inside each node, local rank l sends local
 rank l' the chunks bound for every node's local rank l' (aggregation), then local rank l' sends each
@@ -17,12 +19,15 @@ from simpar.collectives.hierarchical import _machines
 from simpar.collectives.schedule import Phase, Transfer, chunk_sizes, drop_empty
 
 
-def pairwise(group: list[str], nbytes: int) -> list[Phase]:
+def pairwise(group: list[str], nbytes: int, concurrent: bool = False) -> list[Phase]:
     n = len(group)
     chunks = chunk_sizes(nbytes, n)
-    return drop_empty([Phase(f"all-to-all step {k}", tuple(Transfer(group[i], group[(i + k) % n], chunks[(i + k) % n])
-                                                          for i in range(n) if chunks[(i + k) % n]))
-                       for k in range(1, n)])
+    steps = [Phase(f"all-to-all step {k}", tuple(Transfer(group[i], group[(i + k) % n], chunks[(i + k) % n])
+                                                 for i in range(n) if chunks[(i + k) % n]))
+             for k in range(1, n)]
+    if concurrent:
+        return drop_empty([Phase("all-to-all", tuple(t for step in steps for t in step.transfers))])
+    return drop_empty(steps)
 
 
 def hierarchical(group: list[str], nbytes: int, topology) -> list[Phase]:

@@ -76,7 +76,10 @@ def test_precision_and_optimizer_change_the_bytes_per_parameter():
 
 def test_models_and_memory_cli(cli):
     listing = json.loads(cli("models", "--json", "-").stdout)
-    assert {"name": "llama2-7b", "params": 6_738_415_616} in listing
+    rows = {row["name"]: row for row in listing}
+    assert rows["llama2-7b"] == {"name": "llama2-7b", "params": 6_738_415_616, "active_params": 6_738_415_616,
+                                 "experts": 0, "top_k": 0}
+    assert (rows["mixtral-8x7b"]["params"], rows["mixtral-8x7b"]["active_params"]) == (46_702_792_704, 12_879_925_248)
     out = cli("memory", "--params", "7.5e9", "--strategy", "zero1", "--gpus", "64", "--json", "-")
     per_gpu = json.loads(out.stdout)["per_gpu"]
     assert per_gpu["total"] == pytest.approx(4 * 7.5e9 + 12 * 7.5e9 / 64)

@@ -42,15 +42,27 @@ def _capacity(text: str) -> float | None:
         raise SimparError(f"--capacity-factor: expected a number or 'none', got {text!r}") from None
 
 
+# flag (argparse's attribute) -> (field, parser): ModelSpec's MoE fields, then StrategySpec's
+MODEL_FLAGS = {"experts": ("experts", lambda v: units.positive_int(v, "--experts")),
+               "top_k": ("top_k", lambda v: units.positive_int(v, "--top-k")),
+               "capacity_factor": ("capacity_factor", _capacity)}
+STRATEGY_FLAGS = {"ep": ("ep", lambda v: units.positive_int(v, "--ep")),
+                  "expert_imbalance": ("expert_imbalance", lambda v: units.positive(v, "--expert-imbalance")),
+                  "a2a_algo": ("alltoall_algo", lambda v: v.strip().lower()),
+                  "zeropp_qwz": ("zeropp_qwz", bool), "zeropp_qgz": ("zeropp_qgz", bool),
+                  "zeropp_hpz": ("zeropp_hpz", lambda v: units.positive_int(v, "--zeropp-hpz", minimum=0)),
+                  "shard_size": ("shard_size", lambda v: units.positive_int(v, "--shard-size"))}
+
+
+def _given(args, flags: dict) -> dict:
+    """The fields of the flags given (left out: None, or False for a switch), parsed."""
+    return {field: parse(getattr(args, flag)) for flag, (field, parse) in flags.items()
+            if getattr(args, flag, None) not in (None, False)}
+
+
 def moe_model(args, model: ModelSpec) -> ModelSpec:
     """The model with --experts, --top-k and --capacity-factor applied (checked: models/moe.py)."""
-    changes = {}
-    if getattr(args, "experts", None) is not None:
-        changes["experts"] = units.positive_int(args.experts, "--experts")
-    if getattr(args, "top_k", None) is not None:
-        changes["top_k"] = units.positive_int(args.top_k, "--top-k")
-    if getattr(args, "capacity_factor", None) is not None:
-        changes["capacity_factor"] = _capacity(args.capacity_factor)
+    changes = _given(args, MODEL_FLAGS)
     if not changes:
         return model
     if not model.experts and "experts" not in changes:
@@ -60,19 +72,4 @@ def moe_model(args, model: ModelSpec) -> ModelSpec:
 
 def moe_options(args) -> dict:
     """StrategySpec fields of the flags given (those left out keep their defaults)."""
-    options = {}
-    if getattr(args, "ep", None) is not None:
-        options["ep"] = units.positive_int(args.ep, "--ep")
-    if getattr(args, "expert_imbalance", None) is not None:
-        options["expert_imbalance"] = units.positive(args.expert_imbalance, "--expert-imbalance")
-    if getattr(args, "a2a_algo", None) is not None:
-        options["alltoall_algo"] = args.a2a_algo.strip().lower()
-    if getattr(args, "zeropp_qwz", False):
-        options["zeropp_qwz"] = True
-    if getattr(args, "zeropp_qgz", False):
-        options["zeropp_qgz"] = True
-    if getattr(args, "zeropp_hpz", None) is not None:
-        options["zeropp_hpz"] = units.positive_int(args.zeropp_hpz, "--zeropp-hpz", minimum=0)
-    if getattr(args, "shard_size", None) is not None:
-        options["shard_size"] = units.positive_int(args.shard_size, "--shard-size")
-    return options
+    return _given(args, STRATEGY_FLAGS)

@@ -14,10 +14,10 @@ the rest of the model over all dp ranks.
 
 from __future__ import annotations
 
-from simpar.models.moe import buffer_rows, executor_activation_bytes, slots
+from simpar.models.moe import buffer_rows, executor_activation_bytes
 from simpar.plan import Collective, Compute, Program
 
-PARTS = ("attn", "experts", "combine")
+# the parts of an MoE layer, each with the all-to-all after it in forward
 DISPATCH = (("attn", "dispatch"), ("experts", "combine"), ("combine", None))
 
 
@@ -52,17 +52,18 @@ def moe_unit(work, model, spec, b: int, w: int, kept_scale: float):
 
 
 def moe_activation_bytes(model, b: int, spec, w: int, kept_scale: float) -> tuple[float, float]:
-    """(kept, without recomputation) bytes an MoE layer keeps for backward per micro-batch: the attention
-    half as a dense layer's (Korthikanti: s·b·h·(5 + 4 + 5·a·s/h) of the 34 + 5as/h, 16-bit), the router's
-    fp32 logits and probabilities (8·T·experts), and per token copy in the buffer its input, output and the
-    ffn-wide tensors (2 for GELU, 3 for SwiGLU) at 2 bytes, and the shared experts' alike per token."""
+    """(kept, without recomputation) bytes an MoE layer keeps for backward per micro-batch, 16-bit: of
+    Korthikanti et al.'s s·b·h·(34 + 5·a·s/h), the attention block's 11 + 5·a·s/h, the two layer norms'
+    inputs 4 and the layer output's dropout mask 1; the router's fp32 logits and probabilities (8·T·experts);
+    per token copy in the buffer its input and output and the ffn-wide tensors (2 for GELU, 3 for SwiGLU) at
+    2 bytes each, and the shared experts' alike per token."""
     s, h, a = model.seq, model.hidden, model.heads
     tokens = s * b
     scores = 0.0 if (spec.recompute == "selective" or spec.flash_attention) else 5.0 * a * s / h
     ffn_tensors = 3 if model.activation == "swiglu" else 2
     per_copy = 2.0 * (2 * h + ffn_tensors * model.expert_width)
     rows = buffer_rows(model, b, spec.expert_imbalance)
-    full = (tokens * h * (9.0 + scores + 2.0) + 8.0 * tokens * model.experts + rows * per_copy
+    full = (tokens * h * (16.0 + scores) + 8.0 * tokens * model.experts + rows * per_copy
             + tokens * model.shared_experts * per_copy) * kept_scale
     kept = 2.0 * tokens * h * kept_scale if spec.recompute == "full" else full
     return kept, full
@@ -115,5 +116,3 @@ def grad_calls(prog: Program, work, op: str, units, deps, algo: str, payload: st
                               payload=f"expert {payload}", units=tuple(units), itemsize=size))
     return calls
 
-
-__all__ = ["PARTS", "alltoall_bytes", "backward", "forward", "grad_calls", "moe_unit", "slots"]

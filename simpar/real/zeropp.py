@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from simpar.real.quantize import dequantize, quantize
-from simpar.strategies.quantize import chunk_lengths
+from simpar.strategies.quantize import chunk_lengths, quantized_bytes
 
 
 class ShardedCollectives:
@@ -58,7 +58,7 @@ class ShardedCollectives:
     def _quantized_gather(self, shard: torch.Tensor, numel: int, group: list[int]) -> torch.Tensor:
         lengths = chunk_lengths(numel, len(group))
         packed = quantize(shard, "int8")
-        sizes = [len(quantize(torch.zeros(n), "int8")) for n in lengths]
+        sizes = [quantized_bytes(n, "int8") for n in lengths]
         gathered = self.comm.ring_all_gather(packed, sum(sizes), group, sizes)
         return torch.cat([dequantize(piece, n, "int8", shard.dtype)
                           for piece, n in zip(torch.split(gathered, sizes), lengths)])

@@ -215,8 +215,9 @@ class Program:
 class Grid:
     """Ranks laid out as pp x dp x tp, tensor-parallel fastest (so a TP group shares a node, as
     Megatron places it), then data-parallel, then pipeline stage. The dp ranks may be carved into
-    contiguous blocks of ``ep`` (expert parallelism: groups "ep", and "edp" across the blocks) and of
-    ``shard`` (hybrid sharding, ZeRO++'s hpZ: groups "shard", and "replica" across them)."""
+    contiguous blocks of ``shard`` (hybrid sharding, ZeRO++'s hpZ: groups "shard", and "replica" across them);
+    a stage's dp x tp ranks into contiguous blocks of ``ep`` (expert parallelism: groups "ep", and "edp"
+    across the blocks: MoE layers' experts are whole on a rank, so Megatron carves them from dp x tp)."""
 
     dp: int = 1
     pp: int = 1
@@ -226,7 +227,7 @@ class Grid:
 
     @property
     def edp(self) -> int:
-        return self.dp // self.ep
+        return self.dp * self.tp // self.ep
 
     @property
     def replica(self) -> int:
@@ -258,13 +259,16 @@ class Grid:
             return tuple(self.rank(stage, d, i) for i in range(self.tp))
         if kind == "pp":
             return tuple(self.rank(s, d, t) for s in range(self.pp))
-        if kind in ("ep", "shard"):  # the contiguous block of dp indices holding d
-            size = self.ep if kind == "ep" else self.shard
-            first = d - d % size
-            return tuple(self.rank(stage, i, t) for i in range(first, first + size))
-        if kind in ("edp", "replica"):  # the same place in every block
-            size = self.ep if kind == "edp" else self.shard
-            return tuple(self.rank(stage, i, t) for i in range(d % size, self.dp, size))
+        if kind in ("ep", "edp"):  # over the stage's dp x tp ranks (experts are not split by tp)
+            base, flat, size = self.rank(stage, 0, 0), d * self.tp + t, self.ep
+            if kind == "ep":
+                return tuple(range(base + flat - flat % size, base + flat - flat % size + size))
+            return tuple(range(base + flat % size, base + self.dp * self.tp, size))
+        if kind in ("shard", "replica"):
+            first = d - d % self.shard
+            if kind == "shard":  # the contiguous block of dp indices holding d
+                return tuple(self.rank(stage, i, t) for i in range(first, first + self.shard))
+            return tuple(self.rank(stage, i, t) for i in range(d % self.shard, self.dp, self.shard))
         raise ValueError(f"unknown group kind {kind!r}")
 
     def peer(self, rank: int, direction: str) -> int:

@@ -9,10 +9,11 @@ from simpar.collectives import expand
 from simpar.models import PRESETS, model
 from simpar.models.hf import load_config
 from simpar.models.moe import buffer_rows, dropped_share
-from simpar.plan import Collective
+from simpar.plan import Collective, Compute
 from simpar.scenario import make_scenario
 from simpar.sim import build_topology, simulate
 from simpar.strategies import build_plan
+from simpar.strategies.work import Work
 
 
 def test_mixtral_counts_equal_the_published_ones():
@@ -102,6 +103,29 @@ def test_simulated_traffic_is_the_alltoalls_plus_the_gradient_reduction():
     assert result.ranks[0]["bytes_sent"] == pytest.approx(alltoall + ring, rel=1e-9)
 
 
+def test_with_tensor_parallelism_each_rank_routes_its_share_of_the_sequence():
+    """Megatron-Core: sequence-parallel input, experts whole on their rank, the ep group carved from the stage's
+    dp x tp ranks; attention split by TP, the norms, router and shared experts whole (summed over TP)."""
+    m = model("deepseek-moe-16b")
+    base = dict(gpus=32, recompute="full", microbatches=4, topology="dgx-a100")
+    one = make_scenario(m, "3d", pp=2, ep=8, **base)
+    two = make_scenario(m, "3d", pp=2, tp=2, ep=8, sequence_parallel=True, **base)
+    a2a = {tp: _alltoalls(build_plan(s)) for tp, s in ((1, one), (2, two))}
+    assert len(a2a[1]) == len(a2a[2]) and a2a[2][0].nbytes * 2 == a2a[1][0].nbytes  # half the tokens a rank
+    plan = build_plan(two)
+    assert plan.grid.group(3, "ep") == tuple(range(8)) and plan.grid.group(3, "edp") == (3, 11)
+    unit = next(u for u in range(1, m.layers + 1) if m.unit_kind(u) == "moe")
+    whole = 2 * m.final_norm_params() + m.hidden * m.experts + m.shared_experts * m.expert_params()
+    units = Work(two).units
+    assert units[unit].params == m.attention_weights() // 2 + whole + m.experts // 8 * m.expert_params()
+    assert units[unit].replicated == whole  # norms, router and shared experts: summed over TP after backward
+    stage = plan.programs[0]
+    held = {op.unit for op in stage.ops if isinstance(op, Compute) and op.unit >= 0}
+    summed = [op for op in stage.ops if isinstance(op, Collective) and op.payload == "sequence-parallel grads"]
+    assert [op.nbytes for op in summed] == [2 * sum(units[u].replicated for u in held)]
+    assert simulate(two, check_oom=False).step_time_s > 0
+
+
 def test_expert_parallelism_splits_the_experts_memory():
     m = model("mixtral-8x7b")
     memory = {ep: simulate(make_scenario(m, "zero2", 64, ep=ep, recompute="full"), check_oom=False)
@@ -128,7 +152,11 @@ def test_capacity_drops_the_busiest_experts_overflow():
     (["--model", "mixtral-8x7b", "--capacity-factor", "-1"], "--capacity-factor"),
     (["--model", "mixtral-8x7b", "--expert-imbalance", "5"], "--expert-imbalance"),
     (["--model", "mixtral-8x7b", "--a2a-algo", "ring"], "--a2a-algo"),
-    (["--model", "mixtral-8x7b", "--strategy", "3d", "--tp", "2"], "--tp"),
+    (["--model", "mixtral-8x7b", "--strategy", "3d", "--tp", "2"], "--sequence-parallel"),
+    (["--model", "mixtral-8x7b", "--strategy", "3d", "--tp", "2", "--sequence-parallel", "--tp-comm-overlap"],
+     "--tp-comm-overlap"),
+    (["--model", "tiny-moe", "--strategy", "3d", "--tp", "2", "--gpus", "2", "--sequence-parallel", "--compare-real"],
+     "--tp"),
     (["--strategy", "zero3", "--gpus", "16", "--zeropp-hpz", "3"], "--zeropp-hpz"),
     (["--strategy", "zero3", "--gpus", "24", "--topology", "dgx-a100", "--zeropp-hpz", "6"], "--zeropp-hpz"),
     (["--strategy", "zero2", "--zeropp-qwz"], "--zeropp-qwz"),

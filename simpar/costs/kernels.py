@@ -121,19 +121,23 @@ class _MoELayer(_Layer):
     """An MoE layer (kind moe): attention as a dense layer's; the router (a T x experts x h GEMM, softmax and
     top-k over fp32 logits) and the dispatch permutation; the rank's experts as one grouped GEMM (experts / ep
     of them, each on its padded slots from every ep rank: models/moe.py); the combine (the weighted gather of
-    top_k outputs a token), the shared experts on every token, the residual. Parts (strategies/experts.py):
-    "attn", "experts", "combine"."""
+    top_k outputs a token), the shared experts on every token, the residual. With tensor parallelism (and so
+    sequence parallelism) the router, experts and combine work on the rank's T/t tokens. Parts
+    (strategies/experts.py): "attn", "experts", "combine"; with tp > 1 "attn_norm", "attn_core", "router",
+    "experts", "combine"."""
 
     def __init__(self, sh: Shape):
         super().__init__(sh)
         from simpar.models.moe import buffer_rows
 
-        mdl, w, T = sh.model, sh.itemsize, self.T
-        rows = buffer_rows(mdl, sh.micro_batch, sh.imbalance)
+        mdl, w, T = sh.model, sh.itemsize, self.Tl
+        rows = buffer_rows(mdl, sh.micro_batch, sh.imbalance, sh.tp)
         local = mdl.experts // sh.ep
         gated = mdl.activation == "swiglu"
         fe = mdl.expert_width
-        self.router = [_gemm("router", T, mdl.experts, self.h, w=w),
+        self.router = [MemoryBound("bias-dropout-add", T * self.h * (3 * w + 1)), MemoryBound("layernorm",
+                                                                                           2.0 * T * self.h * w),
+                       _gemm("router", T, mdl.experts, self.h, w=w),
                        MemoryBound("router softmax top-k", 3.0 * 4 * T * mdl.experts),
                        MemoryBound("dispatch permute", 2.0 * rows * self.h * w)]
         per = rows // local
@@ -146,12 +150,13 @@ class _MoELayer(_Layer):
             self.combine += [_gemm("shared up", T, (2 if gated else 1) * shared, self.h, w=w),
                              MemoryBound("shared activation", (3 if gated else 2) * T * shared * w),
                              _gemm("shared down", T, self.h, shared, w=w)]
-        self.combine.append(self.bda)
+        self.combine.append(MemoryBound("bias-dropout-add", T * self.h * (3 * w + 1)))
 
     def forward(self, part: str) -> list[Kernel]:
-        attn = [self.ln, self.qkv, *self.core, self.out, self.bda, self.ln, *self.router]
-        parts = {"attn": attn, "experts": self.experts, "combine": self.combine}
-        parts[""] = attn + self.experts + self.combine
+        attn_norm, attn_core = [self.ln], [self.qkv, *self.core, self.out]
+        parts = {"attn_norm": attn_norm, "attn_core": attn_core, "router": self.router,
+                 "attn": attn_norm + attn_core + self.router, "experts": self.experts, "combine": self.combine}
+        parts[""] = parts["attn"] + self.experts + self.combine
         return parts[part]
 
 

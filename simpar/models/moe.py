@@ -50,15 +50,16 @@ def buffer_factor(model, imbalance: float = 1.0) -> float:
     return model.capacity_factor if model.capacity_factor is not None else imbalance
 
 
-def slots(model, imbalance: float = 1.0) -> int:
-    """Copies of one sequence's tokens each expert's buffer holds."""
-    return math.ceil(round(buffer_factor(model, imbalance) * model.top_k * model.seq / model.experts, 9))
+def slots(model, imbalance: float = 1.0, tp: int = 1) -> int:
+    """Copies of one sequence's tokens each expert's buffer holds (with tensor parallelism, of the sequence's
+    1/tp that a rank routes: Megatron's MoE layers take sequence-parallel input)."""
+    return math.ceil(round(buffer_factor(model, imbalance) * model.top_k * model.seq / tp / model.experts, 9))
 
 
-def buffer_rows(model, micro_batch: int, imbalance: float = 1.0) -> int:
+def buffer_rows(model, micro_batch: int, imbalance: float = 1.0, tp: int = 1) -> int:
     """Token copies in one rank's dispatch buffer (every expert's slots for its micro-batch's sequences):
     what its experts compute on, the padding included, and what the all-to-all moves."""
-    return model.experts * slots(model, imbalance) * micro_batch
+    return model.experts * slots(model, imbalance, tp) * micro_batch
 
 
 def dropped_share(model, imbalance: float = 1.0) -> float:

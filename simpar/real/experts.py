@@ -111,6 +111,8 @@ def check_moe_supported(scenario) -> None:
     if model.experts and model.capacity_factor is None:
         raise SimparError(f"--capacity-factor: the executor pads each expert's buffer to a capacity; {model.name} "
                           "routes without one: give --capacity-factor (e.g. 1.25)")
+    if model.experts and spec.tp > 1:
+        raise SimparError("--tp: the executor runs MoE layers without tensor parallelism (simulated only)")
     if spec.ep > 1 and spec.name != "ddp":
         raise SimparError(f"--ep: the executor performs expert parallelism with --strategy ddp, not {spec.name}")
     if spec.ep > 1 and (spec.recompute != "none" or spec.algo not in (None, "ring")):

@@ -24,9 +24,9 @@ def check_layout(model, spec) -> None:
                               "(mixtral-8x7b, deepseek-moe-16b, tiny-moe) or --experts")
         if model.experts % spec.ep:
             raise SimparError(f"--ep: {model.name}'s {model.experts} experts are not divisible by ep {spec.ep}")
-        if spec.dp % spec.ep:
-            raise SimparError(f"--ep: expert parallelism splits the data-parallel group; dp {spec.dp} is not "
-                              f"divisible by ep {spec.ep}")
+        if spec.dp * spec.tp % spec.ep:
+            raise SimparError(f"--ep: expert parallelism splits a stage's dp x tp ranks; dp {spec.dp} x tp "
+                              f"{spec.tp} is not divisible by ep {spec.ep}")
         if spec.name not in EXPERT_PARALLEL:
             raise SimparError(f"--ep: expert parallelism is modelled with {', '.join(EXPERT_PARALLEL)}, not "
                               f"{spec.name}")
@@ -34,9 +34,13 @@ def check_layout(model, spec) -> None:
         raise SimparError(f"--a2a-algo: must be pairwise or hierarchical, got {spec.alltoall_algo!r}")
     if model.experts:
         check_imbalance(model, spec.expert_imbalance)
-        if spec.tp > 1:
-            raise SimparError("--tp: simpar does not split MoE layers' experts by tensor parallelism; split "
-                              "them over ranks with --ep")
+        if spec.tp > 1 and not spec.sequence_parallel:
+            raise SimparError("--sequence-parallel: Megatron runs MoE layers with tensor parallelism on "
+                              "sequence-parallel input only; add it")
+        if spec.tp_comm_overlap:
+            raise SimparError("--tp-comm-overlap: not modelled for MoE layers; leave it out")
+        if spec.tp > 1 and model.seq % spec.tp:
+            raise SimparError(f"--tp: {model.name}'s sequence of {model.seq} does not split over tp {spec.tp}")
     elif spec.expert_imbalance != 1.0:
         raise SimparError(f"--expert-imbalance: {model.name} is dense (no experts)")
     for flag, on in (("--zeropp-qwz", spec.zeropp_qwz), ("--zeropp-hpz", spec.zeropp_hpz),

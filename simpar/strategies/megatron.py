@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from simpar.plan import Collective, Compute, Grid, Plan, Program, Recv, Send
 from simpar.scenario import Scenario
+from simpar.strategies import experts
 from simpar.strategies.experts import grad_calls
 from simpar.strategies.pipeline import SCHEDULES
 from simpar.strategies.work import Work, buckets
@@ -90,6 +91,8 @@ HEAD_PIECES = {False: (("", None),), True: (("norm", "allgather"), ("logits", No
 def _pieces(work: Work, unit: int, tp: int, sp: bool):
     if tp == 1:
         return (("", None),)
+    if work.split_moe(unit):  # the attention's sequence-parallel pieces; the MoE parts follow (experts.py)
+        return LAYER_PIECES[True][:2]
     if unit == 0:  # vocabulary-parallel embedding: partial sums reduced (scattered over the sequence with sp)
         return (("", "reducescatter" if sp else "allreduce"),)
     if unit == work.num_units - 1:
@@ -108,18 +111,23 @@ def _forward(prog, work, units, mb, vs, virtual_stages, hidden_bytes, tp, sp=Fal
                      microbatch=mb, units=tuple(units))] if vs > 0 else []
     for unit in units:
         u = work.units[unit]
-        if work.split_moe(unit):  # (tp 1) an MoE layer's parts and all-to-alls
+        if work.split_moe(unit) and tp == 1:  # an MoE layer's parts and all-to-alls
             deps = [work.forward(prog, unit, mb, deps)]
             continue
         if u.activations:
             prog.alloc("compute", "activations", u.activations, payload=f"unit{unit} mb{mb}")
         pieces = _pieces(work, unit, tp, sp)
         for part, comm in pieces:
-            op = prog.add(Compute, "compute", deps, phase="fwd", unit=unit, microbatch=mb, part=part,
-                          flops=u.fwd_flops / len(pieces), bytes=u.fwd_bytes / len(pieces))
+            if work.split_moe(unit):
+                op = experts.part(prog, work, unit, mb, "fwd", part, deps)
+            else:
+                op = prog.add(Compute, "compute", deps, phase="fwd", unit=unit, microbatch=mb, part=part,
+                              flops=u.fwd_flops / len(pieces), bytes=u.fwd_bytes / len(pieces))
             deps = [op]
             if comm:
                 deps = [_tp(prog, work, comm, hidden_bytes, deps, f"activations unit{unit} mb{mb}")]
+        if work.split_moe(unit):  # then the MoE parts on this rank's share of the sequence
+            deps = [experts.forward(prog, work, unit, mb, deps)]
         if tp > 1 and unit == work.num_units - 1:  # vocabulary-parallel cross-entropy: the logits' max, then
             tokens = hidden_bytes // (work.w * work.hidden)  # the sums of exp and of the target's logit
             for payload, nbytes in (("logits max", 4 * tokens), ("cross-entropy sums", 8 * tokens)):
@@ -138,12 +146,14 @@ def _backward(prog, work, units, mb, vs, hidden_bytes, tp, sp=False, overlap=Fal
                  microbatch=mb, units=tuple(units))]
     for unit in reversed(units):
         u = work.units[unit]
-        if work.split_moe(unit):
+        if work.split_moe(unit) and tp == 1:
             deps = [work.backward(prog, unit, mb, deps)]
             continue
         if u.recompute_temp:
             prog.alloc("compute", "temporaries", u.recompute_temp, payload=f"recompute unit{unit} mb{mb}")
         pieces = _pieces(work, unit, tp, sp)
+        if work.split_moe(unit):  # the MoE parts' backward comes first, then the attention's pieces
+            deps = [experts.backward(prog, work, unit, mb, deps)]
         if work.recompute == "full" and 0 < unit < last_unit:  # recomputing a layer repeats its TP communication
             for _, comm in pieces:
                 if comm:
@@ -164,8 +174,11 @@ def _backward(prog, work, units, mb, vs, hidden_bytes, tp, sp=False, overlap=Fal
                 deps = [reduce, prog.add(Compute, "compute", [rest], phase="bwd", unit=unit, microbatch=mb,
                                          part=f"{part}/wgrad")]
                 continue
-            op = prog.add(Compute, "compute", deps, phase="bwd", unit=unit, microbatch=mb, part=part,
-                          flops=u.bwd_flops / len(pieces), bytes=u.bwd_bytes / len(pieces))
+            if work.split_moe(unit):
+                op = experts.part(prog, work, unit, mb, "bwd", part, deps)
+            else:
+                op = prog.add(Compute, "compute", deps, phase="bwd", unit=unit, microbatch=mb, part=part,
+                              flops=u.bwd_flops / len(pieces), bytes=u.bwd_bytes / len(pieces))
             deps = [op]
             if tp > 1 and unit > 0 and not sp:  # the partial input gradient of the column-parallel GEMMs
                 deps = [_tp(prog, work, "allreduce", hidden_bytes, deps, f"input grads unit{unit} mb{mb}")]

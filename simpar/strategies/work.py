@@ -80,7 +80,7 @@ class Work:
         head_fwd = model.head_forward_flops(b) / t
         head = UnitWork(head_params, head_fwd, 2 * head_fwd, vocab * h * self.w + logits,
                         2 * (vocab * h * self.w + logits), kept_head, 0.0, final_norm)
-        self.ep, self.edp = spec.ep, spec.dp // spec.ep
+        self.ep, self.tp, self.edp = spec.ep, spec.tp, spec.dp * spec.tp // spec.ep
         layers = [layer] * model.layers
         if model.experts:  # MoE layers after the dense ones (strategies/experts.py)
             moe, self.moe_parts = experts.moe_unit(self, model, spec, b, self.w,
@@ -105,11 +105,12 @@ class Work:
         """A rank's share of ``units``' parameters sharded over n data-parallel ranks: under expert parallelism
         the experts over the n / ep ranks that hold the same ones."""
         experts = self.expert_params(units) if self.ep > 1 else 0
-        return (self.params(units) - experts) / n + experts / (n // self.ep)
+        return (self.params(units) - experts) / n + experts / self.edp
 
     def split_moe(self, unit: int) -> bool:
-        """Whether a unit is an MoE layer whose experts sit on other ranks too (all-to-alls inside it)."""
-        return self.ep > 1 and self.model.unit_kind(unit) == "moe"
+        """Whether a unit is an MoE layer run in parts (strategies/experts.py): its experts on other ranks too
+        (all-to-alls inside it), or its attention split by tensor parallelism."""
+        return (self.ep > 1 or self.tp > 1) and self.model.unit_kind(unit) == "moe"
 
     def forward(self, prog: Program, unit: int, mb: int, deps=()) -> int:
         """Store the unit's activations for backward and run its forward; returns the compute op."""

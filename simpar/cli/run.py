@@ -288,7 +288,8 @@ def print_moe(scenario: Scenario) -> None:
     cap = moe["capacity_factor"]
     rule = f"capacity factor {cap:g}" if cap is not None else "no capacity (buffers sized to the busiest expert)"
     print(f"  MoE: top-{moe['top_k']} of {moe['experts']} experts, ep {moe['ep']}, {rule}, busiest expert "
-          f"{moe['imbalance']:g}x the mean: {moe['slots_per_sequence']} slots an expert a sequence; "
+          f"{moe['imbalance']:g}x the mean: {moe['slots_per_sequence']} slots an expert a sequence"
+          + (f" (the 1/{moe['tp']} of it a TP rank routes)" if moe["tp"] > 1 else "") + "; "
           f"{moe['dropped_copies_per_step']:,} of {moe['token_copies_per_step']:,} token copies dropped a step "
           f"({100 * moe['dropped_share']:.1f} %)")
 

@@ -92,6 +92,6 @@ def step_summary(scenario) -> dict:
     imbalance = spec.expert_imbalance
     copies = train.global_batch * model.seq * model.top_k * model.moe_layers  # token copies routed a step
     return {"experts": model.experts, "top_k": model.top_k, "ep": spec.ep, "capacity_factor": model.capacity_factor,
-            "imbalance": imbalance, "slots_per_sequence": slots(model, imbalance),
+            "imbalance": imbalance, "slots_per_sequence": slots(model, imbalance, spec.tp), "tp": spec.tp,
             "token_copies_per_step": copies, "dropped_share": dropped_share(model, imbalance),
             "dropped_copies_per_step": round(copies * dropped_share(model, imbalance))}

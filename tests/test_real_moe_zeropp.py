@@ -9,7 +9,6 @@ the quantization is really performed. Bytes and model-state memory equal the sim
 """
 
 import pytest
-import torch
 
 from simpar.models import model
 from simpar.real.executor import run_rank, single_process

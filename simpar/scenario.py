@@ -63,7 +63,7 @@ class StrategySpec:
     sub_group_size: int | None = None
     # Mixture-of-Experts: each MoE layer's experts split over ep ranks of the data-parallel group (an
     # all-to-all sends each token to its experts' rank and back); their gradients are reduced over the
-    # dp / ep ranks holding the same experts. The busiest expert's load over the mean (1: uniform routing)
+    # dp x tp / ep ranks holding the same experts. The busiest expert's load over the mean (1: uniform routing)
     ep: int = 1
     expert_imbalance: float = 1.0
     alltoall_algo: str = "pairwise"  # pairwise | hierarchical

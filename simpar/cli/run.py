@@ -243,7 +243,8 @@ def print_result(scenario: Scenario, result: SimResult) -> None:
     tokens = t.global_batch * scenario.model.seq
     where = c.topology + (f", GPUs swapped for {c.device}" if c.device else "")
     print(f"{s.name} on {c.gpus} GPUs ({where}): {scenario.model.name}, {t.precision}, {t.optimizer}")
-    print(f"  layout dp {s.dp} x pp {s.pp} x tp {s.tp}" + (f" (ep {s.ep})" if s.ep > 1 else "") + f"; global batch {t.global_batch} = micro-batch "
+    ep = f" (ep {s.ep})" if s.ep > 1 else ""
+    print(f"  layout dp {s.dp} x pp {s.pp} x tp {s.tp}{ep}; global batch {t.global_batch} = micro-batch "
           f"{t.micro_batch} x dp {s.dp} x {scenario.microbatches} micro-batch(es)")
     if scenario.model.experts:
         print_moe(scenario)

@@ -82,7 +82,8 @@ def executor_activation_bytes(model, micro_batch: int, w: int, imbalance: float 
     wide = 4 if model.activation == "swiglu" else 2
     attention = model.executor_activation_bytes("layer", micro_batch, w) - tokens * w * wide * model.ffn
     rows = buffer_rows(model, micro_batch, imbalance)
-    return (attention + tokens * model.top_k * (w * model.hidden + 68) + rows * w * (model.hidden + wide * model.expert_width)
+    return (attention + tokens * model.top_k * (w * model.hidden + 68)
+            + rows * w * (model.hidden + wide * model.expert_width)
             + tokens * model.shared_experts * wide * model.expert_width * w + 8 * micro_batch)
 
 

@@ -165,7 +165,8 @@ class ModelSpec:
         if kind == "moe":  # attention as a dense layer's, then the router, the shared and the routed experts
             attention = self.unit_modules("layer")[:6]
             shared = (("shared", self.shared_experts * self.expert_params()),) if self.shared_experts else ()
-            return attention + (("router", h * self.experts),) + shared + (("experts", self.experts * self.expert_params()),)
+            routed = (("experts", self.experts * self.expert_params()),)
+            return attention + (("router", h * self.experts),) + shared + routed
         if kind == "embedding":
             return (("tokens", self.vocab * h),) + ((("positions", self.positions * h),) if self.positions else ())
         if kind == "head":

@@ -96,6 +96,15 @@ class CountingComm:
         mine = self.ring_reduce_scatter(flat, group, op)
         return self.ring_all_gather(mine, flat.numel(), group)
 
+    def all_reduce_grads(self, params: list, group: list[int], scale: float = 1.0) -> None:
+        """Sum ``params``' gradients over the group in one ring all-reduce of their concatenation, each
+        gradient then holding its sum times ``scale``."""
+        if not params:
+            return
+        total = self.ring_all_reduce(torch.cat([p.grad.reshape(-1) for p in params]), group)
+        for p, piece in zip(params, torch.split(total, [p.numel() for p in params])):
+            p.grad.copy_(piece.view_as(p.grad) * scale)
+
     # -- all-to-all ----------------------------------------------------------------------------
     def all_to_all(self, chunks: list[torch.Tensor], group: list[int]) -> list[torch.Tensor]:
         """Pairwise exchange (collectives/alltoall.py): in step k rank i sends ``chunks[i + k]`` to rank

@@ -249,11 +249,7 @@ class RankExecutor:
 
     def _sequence_parallel_grads(self) -> None:
         """Sum the gradients of the parameters every TP rank holds whole (each saw its sequence block)."""
-        params = self.model.replicated_parameters(self.states.held)
-        flat = torch.cat([p.grad.reshape(-1) for p in params])
-        total = self.comm.ring_all_reduce(flat, self.tp_group)
-        for p, piece in zip(params, torch.split(total, [p.numel() for p in params])):
-            p.grad.copy_(piece.view_as(p.grad))
+        self.comm.all_reduce_grads(self.model.replicated_parameters(self.states.held), self.tp_group)
 
     def mean_losses(self, local: list[float]) -> list[float]:
         """Each step's loss from every rank's share, in one all-reduce after the last step (reporting only:
@@ -293,9 +289,9 @@ class RankExecutor:
         if op.group == "tp":
             return self._tensor_parallel(op)
         n, states = len(self.group), self.states
-        if op.group == "ep":
-            what, mb = op.payload.rsplit(" unit", 1)[0], int(op.payload.rsplit(" mb", 1)[1])
-            return self.experts.alltoall(self.comm, op.units[0], mb, what)
+        if op.group == "ep":  # (of the MoE part that follows it)
+            unit, mb = self.next_compute[op.id]
+            return self.experts.alltoall(self.comm, unit, mb, op.payload.rsplit(" unit", 1)[0])
         if self.sharded is not None and op.payload.startswith(("params", "grads")) and len(self.group) > 1:
             return self.sharded.perform(op)
         if self.experts is not None and op.payload in ("grads", "expert grads"):

@@ -92,11 +92,8 @@ class ExpertParallel:
         experts' sum the ep ranks' tokens already, so with edp = 1 they are only divided."""
         experts = {id(p) for u in op.units for p in self.expert_parameters(u)}
         mine = op.group == "edp"
-        params = [p for u in op.units for p in unit_params[u] if (id(p) in experts) == mine]
-        if params:
-            total = comm.ring_all_reduce(torch.cat([p.grad.reshape(-1) for p in params]), group)
-            for p, piece in zip(params, torch.split(total, [p.numel() for p in params])):
-                p.grad.copy_(piece.view_as(p.grad) / n)
+        comm.all_reduce_grads([p for u in op.units for p in unit_params[u] if (id(p) in experts) == mine], group,
+                              1 / n)
         if not mine and edp == 1:
             for u in op.units:
                 for p in self.expert_parameters(u):

@@ -14,7 +14,8 @@ from __future__ import annotations
 import torch
 
 from simpar.real.quantize import dequantize, quantize
-from simpar.strategies.quantize import chunk_lengths, quantized_bytes
+from simpar.collectives.schedule import chunk_sizes
+from simpar.strategies.quantize import quantized_bytes
 
 
 class ShardedCollectives:
@@ -56,7 +57,7 @@ class ShardedCollectives:
             states.reduced(units, flat, self.comm.ring_all_reduce(mine, self.group("replica")) / self.dp)
 
     def _quantized_gather(self, shard: torch.Tensor, numel: int, group: list[int]) -> torch.Tensor:
-        lengths = chunk_lengths(numel, len(group))
+        lengths = chunk_sizes(numel, len(group))
         packed = quantize(shard, "int8")
         sizes = [quantized_bytes(n, "int8") for n in lengths]
         gathered = self.comm.ring_all_gather(packed, sum(sizes), group, sizes)

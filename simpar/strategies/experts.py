@@ -122,7 +122,8 @@ def backward(prog: Program, work, unit: int, mb: int, deps) -> int:
     return deps[0]
 
 
-def grad_calls(prog: Program, work, op: str, units, deps, algo: str, payload: str = "grads", itemsize=None) -> list[int]:
+def grad_calls(prog: Program, work, op: str, units, deps, algo: str, payload: str = "grads",
+               itemsize=None) -> list[int]:
     """A data-parallel collective of ``units``' gradients (or parameters): all but the experts over dp, and,
     under expert parallelism, the experts over the ranks holding the same ones (edp; none when ep = dp)."""
     size = itemsize or work.w

@@ -105,6 +105,16 @@ def _pieces(work: Work, unit: int, tp: int, sp: bool):
 _BACKWARD_OF = {"allgather": "reducescatter", "reducescatter": "allgather", "allreduce": "allreduce"}
 
 
+def _piece(prog, work, unit, mb, phase, part, pieces, deps) -> int:
+    """A piece's compute: its share of the unit's work (an MoE layer's: strategies/experts.py's parts)."""
+    if work.split_moe(unit):
+        return experts.part(prog, work, unit, mb, phase, part, deps)
+    u, fwd = work.units[unit], phase == "fwd"
+    return prog.add(Compute, "compute", deps, phase=phase, unit=unit, microbatch=mb, part=part,
+                    flops=(u.fwd_flops if fwd else u.bwd_flops) / pieces,
+                    bytes=(u.fwd_bytes if fwd else u.bwd_bytes) / pieces)
+
+
 def _forward(prog, work, units, mb, vs, virtual_stages, hidden_bytes, tp, sp=False) -> int:
     boundary = hidden_bytes // tp if sp else hidden_bytes  # a TP rank's share of what crosses stages
     deps = [prog.add(Recv, "recv", peer="prev", nbytes=boundary, tag=f"F mb{mb} vs{vs}",
@@ -118,12 +128,7 @@ def _forward(prog, work, units, mb, vs, virtual_stages, hidden_bytes, tp, sp=Fal
             prog.alloc("compute", "activations", u.activations, payload=f"unit{unit} mb{mb}")
         pieces = _pieces(work, unit, tp, sp)
         for part, comm in pieces:
-            if work.split_moe(unit):
-                op = experts.part(prog, work, unit, mb, "fwd", part, deps)
-            else:
-                op = prog.add(Compute, "compute", deps, phase="fwd", unit=unit, microbatch=mb, part=part,
-                              flops=u.fwd_flops / len(pieces), bytes=u.fwd_bytes / len(pieces))
-            deps = [op]
+            deps = [_piece(prog, work, unit, mb, "fwd", part, len(pieces), deps)]
             if comm:
                 deps = [_tp(prog, work, comm, hidden_bytes, deps, f"activations unit{unit} mb{mb}")]
         if work.split_moe(unit):  # then the MoE parts on this rank's share of the sequence
@@ -174,12 +179,7 @@ def _backward(prog, work, units, mb, vs, hidden_bytes, tp, sp=False, overlap=Fal
                 deps = [reduce, prog.add(Compute, "compute", [rest], phase="bwd", unit=unit, microbatch=mb,
                                          part=f"{part}/wgrad")]
                 continue
-            if work.split_moe(unit):
-                op = experts.part(prog, work, unit, mb, "bwd", part, deps)
-            else:
-                op = prog.add(Compute, "compute", deps, phase="bwd", unit=unit, microbatch=mb, part=part,
-                              flops=u.bwd_flops / len(pieces), bytes=u.bwd_bytes / len(pieces))
-            deps = [op]
+            deps = [_piece(prog, work, unit, mb, "bwd", part, len(pieces), deps)]
             if tp > 1 and unit > 0 and not sp:  # the partial input gradient of the column-parallel GEMMs
                 deps = [_tp(prog, work, "allreduce", hidden_bytes, deps, f"input grads unit{unit} mb{mb}")]
         if u.recompute_temp:

@@ -6,13 +6,10 @@ the group), so a collective's bytes are the sum of its chunks'. real/quantize.py
 
 from __future__ import annotations
 
+from simpar.collectives.schedule import chunk_sizes
+
 BLOCK = 2048
 BITS = {"int8": 8, "int4": 4}
-
-
-def chunk_lengths(numel: int, n: int) -> list[int]:
-    base, extra = divmod(numel, n)
-    return [base + (1 if i < extra else 0) for i in range(n)]
 
 
 def quantized_bytes(numel: int, dtype: str) -> int:
@@ -23,4 +20,4 @@ def quantized_bytes(numel: int, dtype: str) -> int:
 
 def collective_bytes(numel: int, n: int, dtype: str) -> int:
     """A tensor of ``numel`` elements, each of the n ranks' chunks quantized on its own."""
-    return sum(quantized_bytes(c, dtype) for c in chunk_lengths(numel, n))
+    return sum(quantized_bytes(c, dtype) for c in chunk_sizes(numel, n))

@@ -15,7 +15,7 @@ from simpar.train import TrainSpec
 DATA_PARALLEL = ("dp", "ddp", "zero1", "zero2", "zero3", "zero2-offload", "zero3-offload", "zero3-infinity", "hsdp")
 MODEL_PARALLEL = ("pp", "tp", "3d")
 STRATEGY_NAMES = DATA_PARALLEL + MODEL_PARALLEL
-SCHEDULES = ("gpipe", "1f1b", "interleaved")
+SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-v")
 RECOMPUTE = ("none", "selective", "full")
 GRAD_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}  # --grad-accum-dtype -> bytes per main-gradient element
 GRAD_DTYPES = tuple(GRAD_BYTES)
@@ -74,6 +74,11 @@ class StrategySpec:
     zeropp_hpz: int = 0
     zeropp_qgz: bool = False
     shard_size: int | None = None
+
+    @property
+    def chunks(self) -> int:
+        """Model chunks a pipeline stage holds: the interleaved schedule's virtual stages, ZB-V's two."""
+        return 2 if self.schedule == "zb-v" else self.virtual_stages
 
     @property
     def zeropp(self) -> bool:
@@ -190,6 +195,19 @@ def make_scenario(model: ModelSpec, strategy: str = "ddp", gpus: int = 8, *, top
     return scenario
 
 
+def _check_zero_bubble(model: ModelSpec, spec: StrategySpec) -> None:
+    """Zero-bubble schedules split a pipeline's dense layers' backward into input and weight gradients."""
+    if spec.pp < 2:
+        raise SimparError(f"--schedule: {spec.schedule} fills a pipeline's bubbles; it needs --pp 2 or more "
+                          f"(got pp {spec.pp})")
+    if model.experts:
+        raise SimparError(f"--schedule: {spec.schedule} splits dense layers' backward; {model.name}'s MoE layers "
+                          f"are not split into B and W (use 1f1b or interleaved)")
+    if spec.tp_comm_overlap:
+        raise SimparError(f"--tp-comm-overlap: {spec.schedule} already moves the weight-gradient GEMMs to W; "
+                          f"drop one of the two")
+
+
 def _check_model_split(model: ModelSpec, spec: StrategySpec) -> None:
     if spec.schedule not in SCHEDULES:
         raise SimparError(f"--schedule: must be one of {', '.join(SCHEDULES)}, got {spec.schedule!r}")
@@ -200,6 +218,8 @@ def _check_model_split(model: ModelSpec, spec: StrategySpec) -> None:
     if spec.virtual_stages > 1 and spec.schedule != "interleaved":
         raise SimparError("--virtual-stages: only the interleaved schedule has virtual stages "
                           "(add --schedule interleaved)")
+    if spec.schedule.startswith("zb-"):
+        _check_zero_bubble(model, spec)
     if spec.grad_accum_dtype is not None and spec.grad_accum_dtype not in GRAD_DTYPES:
         raise SimparError(f"--grad-accum-dtype: must be one of {', '.join(GRAD_DTYPES)}, got {spec.grad_accum_dtype!r}")
     if spec.gather_granularity not in (None, *GRANULARITIES):
@@ -225,10 +245,10 @@ def _check_model_split(model: ModelSpec, spec: StrategySpec) -> None:
     from simpar.strategies.layout import check_layout
 
     check_layout(model, spec)
-    chunks = spec.pp * spec.virtual_stages
+    chunks = spec.pp * spec.chunks
     if model.layers % chunks:
         raise SimparError(f"--pp: {model.name} has {model.layers} layers, which do not split evenly over "
-                          f"pp {spec.pp} x virtual stages {spec.virtual_stages} = {chunks}")
+                          f"pp {spec.pp} x {spec.chunks} chunks a stage = {chunks}")
     for what, count in (("heads", model.heads), ("kv heads", model.n_kv_heads), ("ffn size", model.ffn)):
         if count % spec.tp:
             raise SimparError(f"--tp: {model.name} has {count} {what}, not divisible by tp {spec.tp}")

@@ -160,10 +160,19 @@ class _MoELayer(_Layer):
         return parts[part]
 
 
+def is_weight_grad(kernel: Kernel) -> bool:
+    """Whether a backward kernel computes a weight's gradient (W of a zero-bubble schedule) rather than an input's."""
+    return kernel.name.endswith(("wgrad", "bias grad")) or kernel.name == "embedding grad"
+
+
 @lru_cache(maxsize=4096)
 def unit_kernels(sh: Shape, kind: str, phase: str, part: str = "") -> tuple[Kernel, ...]:
     """The kernels of one unit (kind: embedding, layer, head) in one phase (fwd, bwd) for one
-    micro-batch, recomputation included in bwd."""
+    micro-batch, recomputation included in bwd. A backward part "X/input" is X's kernels but its weight
+    gradients, "X/weight" those alone (zero-bubble schedules' B and W; "/weight": the whole unit's)."""
+    base, _, piece = part.partition("/")
+    if phase == "bwd" and piece in ("input", "weight"):
+        return tuple(k for k in unit_kernels(sh, kind, phase, base) if is_weight_grad(k) == (piece == "weight"))
     mdl, t, w = sh.model, sh.tp, sh.itemsize
     T = sh.micro_batch * mdl.seq
     Tl = T // t if sh.sequence_parallel else T

@@ -34,6 +34,8 @@ def points_for(scenario: Scenario) -> list[int]:
     the interleaved schedule's warm-up holds up to 2 (p - 1) + (v - 1) p micro-batches, so its points start at
     (v + 1) p, a multiple of its period p, where the memory peaks no longer grow."""
     spec = scenario.strategy
+    if spec.schedule.startswith("zb-"):  # ZB-V's greedy order has no period to carry; simulated whole
+        return [scenario.microbatches]
     if spec.schedule == "interleaved":
         return extrapolation_points(scenario.microbatches, (spec.virtual_stages + 1) * spec.pp, spec.pp)
     return extrapolation_points(scenario.microbatches, spec.pp, 1)

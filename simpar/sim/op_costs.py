@@ -234,8 +234,8 @@ class OpCosts:
     @staticmethod
     def _has_attention(op: Compute) -> bool:
         """Whether a layer's compute runs its attention: the whole layer, or tensor parallelism's attention
-        piece (not its MLP, nor the weight-gradient half of a split backward)."""
-        return not op.part or (op.part.startswith("attn") and not op.part.endswith("wgrad"))
+        piece (not its MLP, nor the weight-gradient half of a split backward: TP overlap's, zero bubble's W)."""
+        return op.part in ("", "/input") or (op.part.startswith("attn") and not op.part.endswith(("wgrad", "weight")))
 
     def _attention_scores_cost(self, op: Compute) -> float:
         """Seconds a layer's attention scores cost on a calibrated profile: its scores on one rank (1/tp of

@@ -24,7 +24,7 @@ from simpar.plan import Collective, Compute, Grid, Plan, Program, Recv, Send
 from simpar.scenario import Scenario
 from simpar.strategies import experts
 from simpar.strategies.experts import grad_calls
-from simpar.strategies.pipeline import SCHEDULES
+from simpar.strategies.pipeline import SCHEDULES, SPLIT_BACKWARD, stage_of, virtual_stage
 from simpar.strategies.work import Work, buckets
 
 
@@ -44,23 +44,27 @@ def build(scenario: Scenario) -> Plan:
     spec = scenario.strategy
     grid = Grid(spec.dp, spec.pp, spec.tp, ep=spec.ep)
     work = Work(scenario)
-    p, v, m = spec.pp, spec.virtual_stages, scenario.microbatches
+    p, v, m = spec.pp, spec.chunks, scenario.microbatches
     hidden_bytes = scenario.train.micro_batch * scenario.model.seq * scenario.model.hidden * work.w
     programs = []
     for stage in range(p):
         prog = Program(grid.stage_ranks(stage), name=f"stage {stage}")
-        chunks = [stage_units(work, c * p + stage, p * v) for c in range(v)]
+        chunks = [stage_units(work, virtual_stage(spec.schedule, stage, c, p), p * v) for c in range(v)]
         held = [u for chunk in chunks for u in chunk]
         params = work.params(held)
         work.static(prog, work.w * params, work.g * params, work.k * work.shard(held, spec.dp))
         last = None
-        for kind, mb, chunk in SCHEDULES[spec.schedule](stage, p, m, v):
-            vs = chunk * p + stage
+        link = _Links(spec.schedule, p)
+        for kind, mb, chunk in SCHEDULES[spec.schedule](stage, p, m, v, times=work.pass_times()):
+            vs = virtual_stage(spec.schedule, stage, chunk, p)
             if kind == "F":
-                last = _forward(prog, work, chunks[chunk], mb, vs, p * v, hidden_bytes, spec.tp, spec.sequence_parallel)
+                last = _forward(prog, work, chunks[chunk], mb, vs, p * v, hidden_bytes, spec.tp, spec.sequence_parallel,
+                                link)
+            elif kind == "W":
+                last = _weight_grads(prog, work, chunks[chunk], mb)
             else:
                 last = _backward(prog, work, chunks[chunk], mb, vs, hidden_bytes, spec.tp, spec.sequence_parallel,
-                                 spec.tp_comm_overlap and spec.tp > 1)
+                                 spec.tp_comm_overlap and spec.tp > 1, link, spec.schedule in SPLIT_BACKWARD)
         if spec.sequence_parallel and spec.tp > 1:
             # Megatron (finalize_model_grads): the norms' and row-parallel biases' gradients saw only this
             # rank's part of the sequence; summing them over the TP group makes the replicas agree
@@ -72,6 +76,22 @@ def build(scenario: Scenario) -> Plan:
             work.gpu_step(prog, params, deps=[last])
         programs.append(prog)
     return Plan(spec.name, grid, programs)
+
+
+class _Links:
+    """Which way a pipeline's activations go between two virtual stages: to the ``next`` or ``prev`` stage, or
+    nowhere (both on one stage: ZB-V turns round on the last stage)."""
+
+    def __init__(self, schedule: str, stages: int):
+        self.schedule, self.stages = schedule, stages
+
+    def __call__(self, src: int, dst: int) -> str | None:
+        here, there = stage_of(self.schedule, src, self.stages), stage_of(self.schedule, dst, self.stages)
+        if here == there:
+            return None
+        if self.schedule == "zb-v":
+            return "next" if there > here else "prev"
+        return "next" if dst > src else "prev"  # (interleaving wraps from the last stage to the first)
 
 
 def _tp(prog: Program, work: Work, op: str, nbytes: int, deps, payload: str, itemsize: int | None = None) -> int:
@@ -105,20 +125,24 @@ def _pieces(work: Work, unit: int, tp: int, sp: bool):
 _BACKWARD_OF = {"allgather": "reducescatter", "reducescatter": "allgather", "allreduce": "allreduce"}
 
 
-def _piece(prog, work, unit, mb, phase, part, pieces, deps) -> int:
-    """A piece's compute: its share of the unit's work (an MoE layer's: strategies/experts.py's parts)."""
+def _piece(prog, work, unit, mb, phase, part, pieces, deps, input_only=False) -> int:
+    """A piece's compute: its share of the unit's work (an MoE layer's: strategies/experts.py's parts);
+    ``input_only``: a backward's input gradients, its weight gradients left to W (zero-bubble schedules)."""
     if work.split_moe(unit):
         return experts.part(prog, work, unit, mb, phase, part, deps)
     u, fwd = work.units[unit], phase == "fwd"
+    flops, nbytes = (u.fwd_flops, u.fwd_bytes) if fwd else (u.bwd_flops, u.bwd_bytes)
+    if input_only:
+        flops, nbytes, part = flops - u.wgrad_flops, nbytes - u.wgrad_bytes, f"{part}/input"
     return prog.add(Compute, "compute", deps, phase=phase, unit=unit, microbatch=mb, part=part,
-                    flops=(u.fwd_flops if fwd else u.bwd_flops) / pieces,
-                    bytes=(u.fwd_bytes if fwd else u.bwd_bytes) / pieces)
+                    flops=flops / pieces, bytes=nbytes / pieces)
 
 
-def _forward(prog, work, units, mb, vs, virtual_stages, hidden_bytes, tp, sp=False) -> int:
+def _forward(prog, work, units, mb, vs, virtual_stages, hidden_bytes, tp, sp, link) -> int:
     boundary = hidden_bytes // tp if sp else hidden_bytes  # a TP rank's share of what crosses stages
-    deps = [prog.add(Recv, "recv", peer="prev", nbytes=boundary, tag=f"F mb{mb} vs{vs}",
-                     microbatch=mb, units=tuple(units))] if vs > 0 else []
+    source = link(vs - 1, vs) if vs > 0 else None
+    deps = [prog.add(Recv, "recv", peer=source, nbytes=boundary, tag=f"F mb{mb} vs{vs}",
+                     microbatch=mb, units=tuple(units))] if source else []
     for unit in units:
         u = work.units[unit]
         if work.split_moe(unit) and tp == 1:  # an MoE layer's parts and all-to-alls
@@ -137,18 +161,21 @@ def _forward(prog, work, units, mb, vs, virtual_stages, hidden_bytes, tp, sp=Fal
             tokens = hidden_bytes // (work.w * work.hidden)  # the sums of exp and of the target's logit
             for payload, nbytes in (("logits max", 4 * tokens), ("cross-entropy sums", 8 * tokens)):
                 deps = [_tp(prog, work, "allreduce", nbytes, deps, f"{payload} mb{mb}", itemsize=4)]
-    if vs < virtual_stages - 1:
-        prog.add(Send, "send", deps, peer="next", nbytes=boundary, tag=f"F mb{mb} vs{vs + 1}",
+    target = link(vs, vs + 1) if vs < virtual_stages - 1 else None
+    if target:
+        prog.add(Send, "send", deps, peer=target, nbytes=boundary, tag=f"F mb{mb} vs{vs + 1}",
                  microbatch=mb, units=tuple(units))
     return deps[0]
 
 
-def _backward(prog, work, units, mb, vs, hidden_bytes, tp, sp=False, overlap=False) -> int:
+def _backward(prog, work, units, mb, vs, hidden_bytes, tp, sp, overlap, link, split) -> int:
+    """A chunk's backward; ``split`` (zero-bubble schedules): its input gradients only, the weight gradients
+    left to ``_weight_grads``."""
     last_unit = work.num_units - 1
     boundary = hidden_bytes // tp if sp else hidden_bytes
-    deps = [] if units[-1] == last_unit else [
-        prog.add(Recv, "recv", peer="next", nbytes=boundary, tag=f"B mb{mb} vs{vs}",
-                 microbatch=mb, units=tuple(units))]
+    source = None if units[-1] == last_unit else link(vs + 1, vs)
+    deps = [prog.add(Recv, "recv", peer=source, nbytes=boundary, tag=f"B mb{mb} vs{vs}",
+                     microbatch=mb, units=tuple(units))] if source else []
     for unit in reversed(units):
         u = work.units[unit]
         if work.split_moe(unit) and tp == 1:
@@ -179,17 +206,34 @@ def _backward(prog, work, units, mb, vs, hidden_bytes, tp, sp=False, overlap=Fal
                 deps = [reduce, prog.add(Compute, "compute", [rest], phase="bwd", unit=unit, microbatch=mb,
                                          part=f"{part}/wgrad")]
                 continue
-            deps = [_piece(prog, work, unit, mb, "bwd", part, len(pieces), deps)]
+            deps = [_piece(prog, work, unit, mb, "bwd", part, len(pieces), deps, split and unit > 0)]
             if tp > 1 and unit > 0 and not sp:  # the partial input gradient of the column-parallel GEMMs
                 deps = [_tp(prog, work, "allreduce", hidden_bytes, deps, f"input grads unit{unit} mb{mb}")]
         if u.recompute_temp:
             prog.free("compute", "temporaries", u.recompute_temp, payload=f"recompute unit{unit} mb{mb}")
         if u.activations:
             prog.free("compute", "activations", u.activations, payload=f"unit{unit} mb{mb}")
-    if vs > 0:
-        prog.add(Send, "send", deps, peer="prev", nbytes=boundary, tag=f"B mb{mb} vs{vs - 1}",
+        if split and u.wgrad_held:  # what the weight gradients will read: the GEMMs' inputs and output gradients
+            prog.alloc("compute", "temporaries", u.wgrad_held, payload=f"weight grads unit{unit} mb{mb}")
+    target = link(vs, vs - 1) if vs > 0 else None
+    if target:
+        prog.add(Send, "send", deps, peer=target, nbytes=boundary, tag=f"B mb{mb} vs{vs - 1}",
                  microbatch=mb, units=tuple(units))
     return deps[0]
+
+
+def _weight_grads(prog: Program, work: Work, units, mb: int) -> int:
+    """W of a zero-bubble schedule: the chunk's weight-gradient GEMMs (the embedding's gradient came with its B)."""
+    op = None
+    for unit in reversed(units):
+        u = work.units[unit]
+        if unit == 0:
+            continue
+        op = prog.add(Compute, "compute", phase="bwd", unit=unit, microbatch=mb, part="/weight",
+                      flops=u.wgrad_flops, bytes=u.wgrad_bytes)
+        if u.wgrad_held:
+            prog.free("compute", "temporaries", u.wgrad_held, payload=f"weight grads unit{unit} mb{mb}")
+    return op
 
 
 def _reduce_and_step(prog: Program, work: Work, scenario: Scenario, held: list[int], last: int) -> None:

@@ -27,6 +27,11 @@ class UnitWork:
     recompute_temp: float  # bytes rebuilt during backward by recomputation, per micro-batch
     replicated: int = 0  # of ``params``, those whole on every TP rank (norms, row-parallel biases, positions)
     expert_params: int = 0  # of ``params``, this rank's routed experts (an MoE layer)
+    # of the backward, the weight-gradient GEMMs (W of a zero-bubble schedule), and what W reads from B: the
+    # GEMMs' inputs and their output gradients, held from B to W
+    wgrad_flops: float = 0.0
+    wgrad_bytes: float = 0.0
+    wgrad_held: float = 0.0
 
 
 class Work:
@@ -71,15 +76,20 @@ class Work:
         fwd = model.layer_forward_flops(b) / t
         extra = {"none": 0.0, "full": fwd, "selective": 4.0 * b * s * s * h / t}[spec.recompute]
         layer_params = model.layer_params_per_tp_rank(t)
+        tokens = b * s
         layer = UnitWork(layer_params, fwd, 2 * fwd + extra, layer_params * self.w + full,
-                         2 * (layer_params * self.w + full), kept, full - kept, model.layer_replicated_params())
+                         2 * (layer_params * self.w + full), kept, full - kept, model.layer_replicated_params(),
+                         wgrad_flops=weight_grad_flops(scenario, "layer"), wgrad_bytes=layer_params * self.w,
+                         wgrad_held=self.w * tokens * (_layer_gemm_io(model) / t + 4 * h))
         final_norm = model.final_norm_params()
         head_params = (0 if model.tied_embeddings else vocab * h) + final_norm
         logits = 4.0 * b * s * vocab  # fp32 logits kept for the cross-entropy backward
         kept_head = model.executor_activation_bytes("head", b, self.w, tp=t) if self.executor_activations else logits
         head_fwd = model.head_forward_flops(b) / t
         head = UnitWork(head_params, head_fwd, 2 * head_fwd, vocab * h * self.w + logits,
-                        2 * (vocab * h * self.w + logits), kept_head, 0.0, final_norm)
+                        2 * (vocab * h * self.w + logits), kept_head, 0.0, final_norm,
+                        wgrad_flops=weight_grad_flops(scenario, "head"), wgrad_bytes=vocab * h * self.w,
+                        wgrad_held=self.w * tokens * (h + vocab))
         self.ep, self.tp, self.edp = spec.ep, spec.tp, spec.dp * spec.tp // spec.ep
         layers = [layer] * model.layers
         if model.experts:  # MoE layers after the dense ones (strategies/experts.py)
@@ -94,6 +104,11 @@ class Work:
     @property
     def num_units(self) -> int:
         return len(self.units)
+
+    def pass_times(self) -> tuple[float, float, float]:
+        """A layer's forward, input-gradient and weight-gradient work (FLOPs; their ratio steers ZB-V)."""
+        layer = self.units[1]
+        return layer.fwd_flops, layer.bwd_flops - layer.wgrad_flops, layer.wgrad_flops
 
     def params(self, units) -> int:
         return sum(self.units[u].params for u in units)
@@ -156,6 +171,25 @@ class Work:
                        payload="model states")  # worth at a time with ZeRO-3)
         if self.fp32_master and optimizer:
             prog.alloc("compute", "optimizer", 4 * optimized, memory=optimizer_memory, payload="model states")
+
+
+def _layer_gemm_io(model) -> int:
+    """Per token, the elements a layer's weight gradients read that tensor parallelism splits: the attention
+    context (the output projection's input), the MLP's activation (the down projection's input) and the
+    output gradients of the QKV and MLP-up (and gate) GEMMs; the attention's and MLP's normed inputs and the two
+    row-parallel outputs' gradients (4 h a token, whole on every TP rank) are added by the caller."""
+    gated = 2 if model.activation == "swiglu" else 1
+    return model.hidden + model.ffn + (model.hidden + 2 * model.kv_dim) + gated * model.ffn
+
+
+def weight_grad_flops(scenario: Scenario, kind: str) -> float:
+    """FLOPs of a unit's weight-gradient GEMMs on one rank, from the kernels the GPU model prices."""
+    from simpar.costs.kernels import Shape, unit_kernels
+
+    spec, train = scenario.strategy, scenario.train
+    shape = Shape(scenario.model, train.micro_batch, spec.tp, spec.sequence_parallel, spec.recompute,
+                  spec.flash_attention, train.weight_bytes, spec.ep, spec.expert_imbalance)
+    return sum(getattr(k, "flops", 0.0) for k in unit_kernels(shape, kind, "bwd", "/weight"))
 
 
 def buckets(work: Work, units, capacity: int) -> list[tuple[int, ...]]:

@@ -225,3 +225,19 @@ def test_bf16_mixed_precision_trains_alike_with_exactly_the_simulated_bytes(stra
     ranks = launch(run_rank, 2, (scenario, STEPS, 0), timeout=240)
     _check_training(ranks, single_process(scenario, STEPS, 0), 1e-2, loss_rel=1e-3)
     _check_bytes(scenario, ranks)
+
+
+@pytest.mark.parametrize("schedule,world,layers", [("zb-h1", 2, 4), ("zb-h1", 4, 4), ("zb-v", 2, 4), ("zb-v", 4, 8)])
+def test_zero_bubble_schedules_train_like_one_process(schedule, world, layers):
+    """B's input gradients and W's weight gradients apart (real/weight_grad.py): the same training, the simulated
+    bytes, and what W holds from its B (the linears' inputs and output gradients) equal to the simulator's."""
+    from dataclasses import replace
+
+    scenario = make_scenario(replace(UNTIED, layers=layers), "pp", world, micro_batch=2, microbatches=4,
+                             precision="fp32", optimizer="sgd", topology="pcie", schedule=schedule)
+    ranks = launch(run_rank, world, (scenario, STEPS, 0), timeout=240)
+    _check_training(ranks, single_process(scenario, STEPS, 0), 1e-6)
+    _check_bytes(scenario, ranks)
+    simulated = simulate(scenario).ranks
+    assert [r["memory"]["temporaries"] for r in ranks] == [r["memory"]["temporaries"] for r in simulated]
+    assert all(r["memory"]["temporaries"] > 0 for r in ranks)

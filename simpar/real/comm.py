@@ -26,7 +26,8 @@ class CountingComm:
         self.sent = 0
         self.received = 0
 
-    def _exchange(self, send: torch.Tensor | None, dst: int, recv: torch.Tensor | None, src: int) -> None:
+    def _exchange(self, send: torch.Tensor | None, dst: int, recv: torch.Tensor | None, src: int,
+                  tag: int = 0) -> None:
         request = None
         if send is not None and send.numel():
             send = send.contiguous()
@@ -34,22 +35,23 @@ class CountingComm:
             nbytes = send.numel() * send.element_size()
             self.sent += nbytes
         if recv is not None and recv.numel():
-            dist.recv(recv, src)
+            dist.recv(recv, src, tag=tag)
             self.received += recv.numel() * recv.element_size()
         if request is not None:
             request.wait()
 
-    def isend(self, tensor: torch.Tensor, dst: int):
-        """A non-blocking send (pipeline stages): the caller waits on the returned request."""
+    def isend(self, tensor: torch.Tensor, dst: int, tag: int = 0):
+        """A non-blocking send (pipeline stages): the caller waits on the returned request. ``tag`` matches it
+        to its receive where a pair of stages exchanges messages in different orders (ZB-V)."""
         nbytes = tensor.numel() * tensor.element_size()
         self.sent += nbytes
-        return dist.isend(tensor, dst)
+        return dist.isend(tensor, dst, tag=tag)
 
     def send(self, tensor: torch.Tensor, dst: int) -> None:
         self._exchange(tensor, dst, None, -1)
 
-    def recv(self, tensor: torch.Tensor, src: int) -> None:
-        self._exchange(None, -1, tensor, src)
+    def recv(self, tensor: torch.Tensor, src: int, tag: int = 0) -> None:
+        self._exchange(None, -1, tensor, src, tag)
 
     # -- ring ---------------------------------------------------------------------------------
     def ring_reduce_scatter(self, flat: torch.Tensor, group: list[int], op: str = "sum") -> torch.Tensor:
@@ -150,14 +152,14 @@ class NativeComm(CountingComm):
         # every rank creates every group, in the same order, as torch.distributed requires
         self._groups = {g: dist.new_group(list(g)) for g in groups}
 
-    def _exchange(self, send, dst, recv, src) -> None:
+    def _exchange(self, send, dst, recv, src, tag: int = 0) -> None:
         if send is not None and send.numel():
             dist.send(send.contiguous(), dst)
         if recv is not None and recv.numel():
-            dist.recv(recv, src)
+            dist.recv(recv, src, tag=tag)
 
-    def isend(self, tensor: torch.Tensor, dst: int):
-        return dist.isend(tensor, dst)
+    def isend(self, tensor: torch.Tensor, dst: int, tag: int = 0):
+        return dist.isend(tensor, dst, tag=tag)
 
     def ring_all_reduce(self, flat: torch.Tensor, group: list[int], op: str = "sum") -> torch.Tensor:
         if len(group) > 1:

@@ -27,6 +27,7 @@ from simpar.real.comm import CountingComm, NativeComm
 from simpar.real.experts import ExpertParallel
 from simpar.real.moe import MoEBlock
 from simpar.real.support import check_supported
+from simpar.real.weight_grad import WeightGrads, split_linears
 from simpar.real.zeropp import ShardedCollectives
 from simpar.real.instrument import Recorder, SavedActivations
 from simpar.real.model import build_model, synthetic_batch
@@ -35,6 +36,7 @@ from simpar.real.sequence_parallel import SequenceParallelModel, gather_sequence
 from simpar.real.tensor_parallel import TensorParallelModel, gather_full_parameters
 from simpar.scenario import Scenario
 from simpar.strategies import build_plan
+from simpar.strategies.pipeline import SPLIT_BACKWARD
 
 class RankExecutor:
     def __init__(self, ctx, scenario: Scenario, seed: int, collectives: str = "explicit"):
@@ -56,6 +58,9 @@ class RankExecutor:
         # expert parallelism: this rank keeps its experts of each MoE layer
         self.experts = ExpertParallel(self.model, ctx.rank, list(grid.group(ctx.rank, "ep"))) if grid.ep > 1 else None
         self.model.to(self.device, self.dtype)
+        self.weight_grads = WeightGrads() if scenario.strategy.schedule in SPLIT_BACKWARD else None
+        if self.weight_grads is not None:  # zero-bubble schedules: B's input gradients, W's weight gradients
+            split_linears(self.model, self.weight_grads)
         self.reduction = None  # TP: what the Plan's next TP collective sums, gathers or scatters
         # TP: the forward or backward op run last, and when its reduction's continuation started (the work
         # completing a piece after its all-reduce is that piece's compute: ``_tensor_parallel``)
@@ -99,6 +104,8 @@ class RankExecutor:
             return
         held = self.states.held_now()
         held[("gpu", "activations")] = self.activations.nbytes
+        if self.weight_grads is not None:
+            held[("gpu", "temporaries")] = self.weight_grads.held_bytes()
         self.recorder.sample(held)
 
     def step(self, step: int) -> float:
@@ -200,6 +207,8 @@ class RankExecutor:
 
     def _backward(self, op: Compute, half: int, inputs: dict, outputs: dict, grad_out: dict) -> None:
         key, head = (op.unit, op.microbatch), op.unit == len(self.model.units) - 1
+        if op.part == "/weight":  # W: the weight gradients its B left
+            return self.weight_grads.compute(key)
         grad = None
         sequence_parallel = isinstance(self.model, SequenceParallelModel)  # the gradient came with a gather
         if half == 0 and not head and not sequence_parallel:
@@ -214,7 +223,8 @@ class RankExecutor:
             if half == self.model.pieces(op.unit) - 1:
                 self.activations.release(key)
             return
-        outputs.pop(key).backward(grad)
+        with self.weight_grads.deferring(key) if op.part.endswith("/input") else nullcontext():
+            outputs.pop(key).backward(grad)
         self.activations.release(key)
 
     @staticmethod
@@ -269,14 +279,14 @@ class RankExecutor:
         if isinstance(op, Recv):
             seq = spec.seq // self.plan.grid.tp if self.scenario.strategy.sequence_parallel else spec.seq
             buffer = torch.empty(train.micro_batch, seq, spec.hidden, dtype=self.dtype, device=self.device)
-            self.comm.recv(buffer, peer)
+            self.comm.recv(buffer, peer, _message_tag(op.tag))
             if op.tag.startswith("F"):
                 outputs[(first - 1, mb)] = buffer  # the chunk's first unit reads it as its input
             else:
                 grad_out[(last, mb)] = buffer
             return
         tensor = outputs[(last, mb)].detach() if op.tag.startswith("F") else inputs.pop((first, mb)).grad
-        self.pending_sends.append(self.comm.isend(tensor.contiguous(), peer))
+        self.pending_sends.append(self.comm.isend(tensor.contiguous(), peer, _message_tag(op.tag)))
 
     def _reduce(self, op: Collective, flat: torch.Tensor) -> torch.Tensor:
         if op.op == "allreduce":
@@ -319,6 +329,13 @@ class RankExecutor:
             states.gathered(op.units, self.comm.ring_all_gather(shard, states.numel(op.units), self.group))
         else:
             raise SimparError(f"--compare-real: the executor cannot perform {op.op} of {op.payload} yet")
+
+
+def _message_tag(tag: str) -> int:
+    """The Plan's tag of a pipeline message ("F mb3 vs2") as the backend's integer tag: ZB-V's stages send a
+    pair of them forward and backward messages in orders their receives do not keep."""
+    kind, mb, vs = tag.split()
+    return 1 + (int(mb[2:]) * 1024 + int(vs[2:])) * 2 + (kind == "B")
 
 
 def run_rank(ctx, scenario: Scenario, steps: int, seed: int, collectives: str = "explicit") -> dict:

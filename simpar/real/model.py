@@ -82,11 +82,12 @@ class Head(nn.Module):
         self.norm = _norm(spec)
         self.out = None if spec.tied_embeddings else nn.Linear(spec.hidden, spec.vocab, bias=False)
         self._tied = [embedding]  # a list, so the tied weight is not registered twice
+        self.logits = F.linear  # (zero-bubble schedules route it through their split backward: weight_grad.py)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.norm(x)
         weight = self._tied[0].tokens.weight if self.out is None else self.out.weight
-        return F.linear(x, weight)
+        return self.logits(x, weight)
 
 
 class GPT(nn.Module):

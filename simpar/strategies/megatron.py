@@ -79,19 +79,22 @@ def build(scenario: Scenario) -> Plan:
 
 
 class _Links:
-    """Which way a pipeline's activations go between two virtual stages: to the ``next`` or ``prev`` stage, or
-    nowhere (both on one stage: ZB-V turns round on the last stage)."""
+    """Where a pipeline's data goes between two virtual stages: the peer (``next`` or ``prev`` stage) the
+    sender sends to, or with ``receiver`` the peer the receiver takes it from; None where both virtual stages
+    are on one stage (ZB-V turns round on the last stage)."""
 
     def __init__(self, schedule: str, stages: int):
         self.schedule, self.stages = schedule, stages
 
-    def __call__(self, src: int, dst: int) -> str | None:
+    def __call__(self, src: int, dst: int, receiver: bool = False) -> str | None:
         here, there = stage_of(self.schedule, src, self.stages), stage_of(self.schedule, dst, self.stages)
         if here == there:
             return None
         if self.schedule == "zb-v":
-            return "next" if there > here else "prev"
-        return "next" if dst > src else "prev"  # (interleaving wraps from the last stage to the first)
+            forward = there > here
+        else:
+            forward = dst > src  # (interleaving wraps from the last stage to the first)
+        return "next" if forward != receiver else "prev"
 
 
 def _tp(prog: Program, work: Work, op: str, nbytes: int, deps, payload: str, itemsize: int | None = None) -> int:
@@ -140,7 +143,7 @@ def _piece(prog, work, unit, mb, phase, part, pieces, deps, input_only=False) ->
 
 def _forward(prog, work, units, mb, vs, virtual_stages, hidden_bytes, tp, sp, link) -> int:
     boundary = hidden_bytes // tp if sp else hidden_bytes  # a TP rank's share of what crosses stages
-    source = link(vs - 1, vs) if vs > 0 else None
+    source = link(vs - 1, vs, receiver=True) if vs > 0 else None
     deps = [prog.add(Recv, "recv", peer=source, nbytes=boundary, tag=f"F mb{mb} vs{vs}",
                      microbatch=mb, units=tuple(units))] if source else []
     for unit in units:
@@ -173,7 +176,7 @@ def _backward(prog, work, units, mb, vs, hidden_bytes, tp, sp, overlap, link, sp
     left to ``_weight_grads``."""
     last_unit = work.num_units - 1
     boundary = hidden_bytes // tp if sp else hidden_bytes
-    source = None if units[-1] == last_unit else link(vs + 1, vs)
+    source = None if units[-1] == last_unit else link(vs + 1, vs, receiver=True)
     deps = [prog.add(Recv, "recv", peer=source, nbytes=boundary, tag=f"B mb{mb} vs{vs}",
                      microbatch=mb, units=tuple(units))] if source else []
     for unit in reversed(units):

@@ -96,6 +96,10 @@ def candidates(model: ModelSpec, gpus: int, global_batch: int, gpus_per_machine:
                     out.append(Candidate("3d", dp, pp, tp, mb, recompute))
                     if pp > 1 and m % pp == 0 and model.layers % (2 * pp) == 0:
                         out.append(Candidate("3d", dp, pp, tp, mb, recompute, "interleaved", 2))
+                    if pp > 1 and not model.experts:  # zero-bubble: B and W apart (strategies/pipeline.py)
+                        out.append(Candidate("3d", dp, pp, tp, mb, recompute, "zb-h1"))
+                        if model.layers % (2 * pp) == 0:
+                            out.append(Candidate("3d", dp, pp, tp, mb, recompute, "zb-v"))
     expert_parallel = [dataclasses.replace(c, ep=ep) for c in out if c.strategy in EXPERT_PARALLEL
                        for ep in _divisors(c.dp) if ep > 1 and model.experts % ep == 0] if model.experts else []
     return out + expert_parallel
@@ -134,8 +138,8 @@ class Search:
         """Memory first, then the step time. Many micro-batches: a step is affine in their number
         (each more adds one forward and backward on the slowest stage once the pipeline is full, and
         warm-up, drain and the final reduction do not change), so it is simulated at p and p + 1
-        micro-batches (p and 2p interleaved, whose period is p; 1 and 2 without a pipeline) and
-        extrapolated; peak memory is the same from
+        micro-batches (p and 2p interleaved, whose period is p; 1 and 2 without a pipeline; ZB-V, list-scheduled,
+        whole) and extrapolated; peak memory is the same from
         there on (1F1B and interleaved hold at most a pipeline's worth). tests/test_search.py checks
         both against full simulations."""
         try:
@@ -143,7 +147,7 @@ class Search:
         except SimparError as exc:
             return Outcome(c, "invalid", reason=str(exc))
         m, base = scenario.microbatches, c.pp
-        points = extrapolation_points(m, base, base if c.schedule == "interleaved" else 1)
+        points = [m] if c.schedule == "zb-v" else extrapolation_points(m, base, base if c.schedule == "interleaved" else 1)
         times, peak = [], 0
         for microbatches in points:
             short = scenario if microbatches == m else self.scenario(c, microbatches)

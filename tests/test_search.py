@@ -34,6 +34,7 @@ def test_candidates_are_valid_layouts_with_tp_inside_a_machine():
     Candidate("3d", 2, 2, 2, 1, "full", "interleaved", 2),
     Candidate("zero2", 8, 1, 1, 1, "selective"),  # 8 accumulated micro-batches
     Candidate("3d", 4, 1, 2, 2, "none"),
+    Candidate("3d", 2, 2, 2, 1, "none", "zb-h1"),
 ])
 def test_extrapolated_step_equals_the_full_simulation(candidate):
     """Long accumulations are priced from two short ones: the same step time and peak memory."""

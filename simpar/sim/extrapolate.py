@@ -4,7 +4,7 @@ Once a pipeline is full, each micro-batch more adds the same forward and backwar
 changes nothing else (warm-up, drain and the final reduction stay as they were), so a step is affine in
 the number of micro-batches m: simulated at the pipeline's depth p and one period more (p + 1; for the
 interleaved schedule, whose period is p, from where its warm-up's memory stops growing: ``points_for``;
-1 and 2 without a pipeline), everything the simulator reports (step time, breakdown, bytes, memory peaks)
+1 and 2 without a pipeline; ZB-H1 like 1F1B; ZB-V, list-scheduled, is simulated whole), everything the simulator reports (step time, breakdown, bytes, memory peaks)
 follows at any m. ``tests/test_fast_path.py`` holds it to the fast path's whole step.
 """
 
@@ -34,7 +34,7 @@ def points_for(scenario: Scenario) -> list[int]:
     the interleaved schedule's warm-up holds up to 2 (p - 1) + (v - 1) p micro-batches, so its points start at
     (v + 1) p, a multiple of its period p, where the memory peaks no longer grow."""
     spec = scenario.strategy
-    if spec.schedule.startswith("zb-"):  # ZB-V's greedy order has no period to carry; simulated whole
+    if spec.schedule == "zb-v":  # its list-scheduled order has no period to carry: simulated whole
         return [scenario.microbatches]
     if spec.schedule == "interleaved":
         return extrapolation_points(scenario.microbatches, (spec.virtual_stages + 1) * spec.pp, spec.pp)

@@ -217,13 +217,16 @@ class Grid:
     Megatron places it), then data-parallel, then pipeline stage. The dp ranks may be carved into
     contiguous blocks of ``shard`` (hybrid sharding, ZeRO++'s hpZ: groups "shard", and "replica" across them);
     a stage's dp x tp ranks into contiguous blocks of ``ep`` (expert parallelism: groups "ep", and "edp"
-    across the blocks: MoE layers' experts are whole on a rank, so Megatron carves them from dp x tp)."""
+    across the blocks: MoE layers' experts are whole on a rank, so Megatron carves them from dp x tp). With
+    context parallelism ``dp`` counts every rank holding the stage's weights (data x context parallel), and
+    contiguous blocks of ``cp`` of them share each sequence (group "cp", between TP and DP as in Megatron)."""
 
     dp: int = 1
     pp: int = 1
     tp: int = 1
     ep: int = 1
     shard: int = 1
+    cp: int = 1  # context parallelism: contiguous blocks of cp dp indices split each sequence (group "cp")
 
     @property
     def edp(self) -> int:
@@ -264,6 +267,9 @@ class Grid:
             if kind == "ep":
                 return tuple(range(base + flat - flat % size, base + flat - flat % size + size))
             return tuple(range(base + flat % size, base + self.dp * self.tp, size))
+        if kind == "cp":
+            first = d - d % self.cp
+            return tuple(self.rank(stage, i, t) for i in range(first, first + self.cp))
         if kind in ("shard", "replica"):
             first = d - d % self.shard
             if kind == "shard":  # the contiguous block of dp indices holding d

@@ -74,6 +74,16 @@ class StrategySpec:
     zeropp_hpz: int = 0
     zeropp_qgz: bool = False
     shard_size: int | None = None
+    # context parallelism (strategies/context.py): each sequence split over cp ranks that hold the same weights,
+    # attention by ring (key/value blocks passed round, zig-zag placement) or Ulysses (all-to-alls to heads)
+    cp: int = 1
+    cp_algo: str = "ring"
+
+    @property
+    def replicas(self) -> int:
+        """Ranks of a stage and TP index holding the same weights: the data-parallel ranks x the context-parallel
+        ones (gradients are reduced, and ZeRO shards, over all of them)."""
+        return self.dp * self.cp
 
     @property
     def chunks(self) -> int:
@@ -173,7 +183,10 @@ def make_scenario(model: ModelSpec, strategy: str = "ddp", gpus: int = 8, *, top
         raise SimparError(f"--strategy: unknown {strategy!r}; choose from {', '.join(STRATEGY_NAMES)}")
     if gpus < 1:
         raise SimparError(f"--gpus: must be at least 1, got {gpus}")
-    dp, pp, tp = resolve_degrees(name, gpus, dp, pp, tp)
+    cp = options.get("cp", 1)
+    if cp < 1 or gpus % cp:
+        raise SimparError(f"--cp: must be at least 1 and divide the {gpus} GPUs, got {cp}")
+    dp, pp, tp = resolve_degrees(name, gpus // cp, dp, pp, tp)
     spec = StrategySpec(name=name, dp=dp, pp=pp, tp=tp, **options)
     _check_model_split(model, spec)
     if microbatches is not None and microbatches < 1:
@@ -236,8 +249,12 @@ def _check_model_split(model: ModelSpec, spec: StrategySpec) -> None:
     if spec.sequence_parallel and spec.name not in ("tp", "3d"):
         raise SimparError(f"--sequence-parallel: splits tensor-parallel layers; use --strategy tp or 3d, "
                           f"not {spec.name}")
-    if spec.sequence_parallel and model.seq % spec.tp:
-        raise SimparError(f"--sequence-parallel: sequence length {model.seq} is not divisible by tp {spec.tp}")
+    if spec.sequence_parallel and model.seq // spec.cp % spec.tp:
+        raise SimparError(f"--sequence-parallel: sequence length {model.seq} (over cp {spec.cp}) is not divisible "
+                          f"by tp {spec.tp}")
+    from simpar.strategies.context import check_context
+
+    check_context(model, spec)
     if spec.prefetch < 0:
         raise SimparError(f"--prefetch: must be 0 or more, got {spec.prefetch}")
     if spec.bucket_bytes < 1:

@@ -47,6 +47,13 @@ def _p2p(c: CollectiveCall) -> list[Phase]:
     return [Phase("p2p", (Transfer(c.group[c.root], c.group[c.peer], c.nbytes),))]
 
 
+def _shift(c: CollectiveCall) -> list[Phase]:
+    """Every rank sends its buffer to the next one round the group at once (one step of ring attention)."""
+    n = len(c.group)
+    return drop_empty([Phase("ring shift", tuple(Transfer(c.group[i], c.group[(i + 1) % n], c.nbytes)
+                                                 for i in range(n) if n > 1))])
+
+
 Expansion = Callable[[CollectiveCall], list[Phase]]
 OPS: dict[str, dict[str, Expansion]] = {
     "allreduce": {
@@ -81,6 +88,7 @@ OPS: dict[str, dict[str, Expansion]] = {
         "hierarchical": lambda c: alltoall.hierarchical(c.group, c.nbytes, c.topology),
     },
     "p2p": {"direct": _p2p},
+    "shift": {"ring": _shift},
 }
 DEFAULT_ALGO = {"p2p": "direct", "alltoall": "pairwise"}
 
@@ -93,6 +101,7 @@ BUSBW_FACTOR: dict[str, Callable[[int], float]] = {
     "reduce": lambda n: 1.0,
     "alltoall": lambda n: (n - 1) / n,
     "p2p": lambda n: 1.0,
+    "shift": lambda n: 1.0,
 }
 
 

@@ -19,7 +19,8 @@ repeats them on all T. Recomputation adds forward kernels to the backward: all o
 the attention core (selective, Korthikanti's definition). Parts split a layer where tensor
 parallelism communicates (see strategies/megatron.py): "" whole unit; "attn" / "mlp" the two
 halves; with sequence parallelism "attn_norm" / "mlp_norm" the sharded work before each half's
-all-gather.
+all-gather. With context parallelism the piece holding the attention core is cut round it: "X/pre",
+"X/core" (ring attention: one key/value block's, run cp times) and "X/post".
 """
 
 from __future__ import annotations
@@ -48,6 +49,14 @@ class Shape:
     itemsize: int = 2  # bytes per activation element
     ep: int = 1  # expert-parallel degree (MoE layers)
     imbalance: float = 1.0  # the busiest expert's load over the mean (MoE layers without a capacity factor)
+    cp: int = 1  # context-parallel degree: a rank's tokens are s / cp (strategies/context.py)
+    cp_algo: str = "ring"
+
+    @classmethod
+    def of(cls, scenario) -> "Shape":
+        spec, train = scenario.strategy, scenario.train
+        return cls(scenario.model, train.micro_batch, spec.tp, spec.sequence_parallel, spec.recompute,
+                   spec.flash_attention, train.weight_bytes, spec.ep, spec.expert_imbalance, spec.cp, spec.cp_algo)
 
 
 def _gemm(name, m, n, k, batch=1, w=2) -> Gemm:
@@ -59,10 +68,14 @@ class _Layer:
         mdl, t, w = sh.model, sh.tp, sh.itemsize
         self.sh = sh
         b, s, h, f = sh.micro_batch, mdl.seq, mdl.hidden, mdl.ffn
-        self.T = b * s
+        self.T = b * s // sh.cp  # the rank's tokens (context parallelism: its s / cp of each sequence)
         self.Tl = self.T // t if sh.sequence_parallel else self.T  # tokens of the norms and dropouts
         heads = b * mdl.heads // t
         d = mdl.head_dim
+        if sh.cp > 1 and sh.cp_algo == "ring":  # the core is one block: s / cp queries against s / cp keys
+            s = s // sh.cp
+        elif sh.cp > 1:  # Ulysses: all s tokens of heads / cp heads
+            heads //= sh.cp
         self.w, self.h, self.f, self.t, self.heads, self.s, self.d = w, h, f, t, heads, s, d
         self.ln = MemoryBound("layernorm", 2.0 * self.Tl * h * w)
         self.qkv = _gemm("qkv", self.T, (h + 2 * mdl.kv_dim) // t, h, w=w)
@@ -81,7 +94,17 @@ class _Layer:
         self.act = MemoryBound("swiglu" if gated else "bias-gelu", (3 if gated else 2) * self.T * f / t * w)
         self.down = _gemm("mlp down", self.T, h, f // t, w=w)
 
+    def around_core(self, part: str) -> dict[str, list[Kernel]]:
+        """A piece holding the attention core cut round it (context parallelism: strategies/context.py)."""
+        fwd = self.forward(part)
+        start = fwd.index(self.core[0])
+        end = start + len(self.core)
+        return {"pre": fwd[:start], "core": fwd[start:end], "post": fwd[end:]}
+
     def forward(self, part: str) -> list[Kernel]:
+        part, _, piece = part.partition("/")
+        if piece:
+            return self.around_core(part)[piece]
         attn_norm, attn = [self.ln], [self.qkv, *self.core, self.out]
         mlp_norm, mlp = [self.bda, self.ln], [self.up, self.act, self.down]
         parts = {"": attn_norm + attn + mlp_norm + mlp + [self.bda],
@@ -91,11 +114,11 @@ class _Layer:
 
     def backward(self, part: str) -> list[Kernel]:
         part, _, piece = part.partition("/")
-        if piece:  # "X/wgrad": the weight gradient of the part's first GEMM (overlapped with the input-gradient
+        if piece in ("wgrad", "rest"):  # "X/wgrad": the weight gradient of the part's first GEMM (overlapped with the input-gradient
             first = next(k for k in self.forward(part) if isinstance(k, Gemm))  # communication); "X/rest": the rest
             grads = self._grad(first)[1:]
             return grads if piece == "wgrad" else [k for k in self.backward(part) if k not in grads]
-        fwd = self.forward(part)
+        fwd = self.around_core(part)[piece] if piece else self.forward(part)
         recompute = self.sh.recompute
         redo = fwd if recompute == "full" else [k for k in fwd if k in self.core] if recompute == "selective" else []
         return [*redo, *(g for k in reversed(fwd) for g in self._grad(k))]

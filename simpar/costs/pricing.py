@@ -9,10 +9,8 @@ from simpar.scenario import Scenario
 
 class KernelPricer:
     def __init__(self, scenario: Scenario, gpu):
-        spec, train = scenario.strategy, scenario.train
-        self.shape = Shape(scenario.model, train.micro_batch, spec.tp, spec.sequence_parallel, spec.recompute,
-                           spec.flash_attention, train.weight_bytes, spec.ep, spec.expert_imbalance)
-        self.peak, self.hbm, self.model = gpu.peak_flops(train.compute_dtype), gpu.memory_bandwidth, gpu.kernels
+        self.shape = Shape.of(scenario)
+        self.peak, self.hbm, self.model = gpu.peak_flops(scenario.train.compute_dtype), gpu.memory_bandwidth, gpu.kernels
         self._cache: dict = {}  # (unit kind, phase, part) -> seconds: every micro-batch costs the same
 
     def time(self, kind: str, op) -> float:

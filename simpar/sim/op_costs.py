@@ -255,9 +255,7 @@ class OpCosts:
         on 2 ranks)."""
         key = (kind, op.phase, op.part)
         if key not in self._shares:
-            spec, train = self.scenario.strategy, self.scenario.train
-            shape = Shape(self.scenario.model, train.micro_batch, spec.tp, spec.sequence_parallel, spec.recompute,
-                          spec.flash_attention, train.weight_bytes, spec.ep, spec.expert_imbalance)
+            shape = Shape.of(self.scenario)
             whole = len(unit_kernels(shape, kind, op.phase, ""))
             self._shares[key] = len(unit_kernels(shape, kind, op.phase, op.part)) / whole if whole else 1.0
         return self._shares[key]

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from simpar.plan import Collective, Compute, Grid, Plan, Program, Recv, Send
 from simpar.scenario import Scenario
-from simpar.strategies import experts
+from simpar.strategies import context, experts
 from simpar.strategies.experts import grad_calls
 from simpar.strategies.pipeline import SCHEDULES, SPLIT_BACKWARD, stage_of, virtual_stage
 from simpar.strategies.work import Work, buckets
@@ -42,17 +42,17 @@ def stage_units(work: Work, virtual_stage: int, virtual_stages: int) -> list[int
 
 def build(scenario: Scenario) -> Plan:
     spec = scenario.strategy
-    grid = Grid(spec.dp, spec.pp, spec.tp, ep=spec.ep)
+    grid = Grid(spec.replicas, spec.pp, spec.tp, ep=spec.ep, cp=spec.cp)
     work = Work(scenario)
     p, v, m = spec.pp, spec.chunks, scenario.microbatches
-    hidden_bytes = scenario.train.micro_batch * scenario.model.seq * scenario.model.hidden * work.w
+    hidden_bytes = work.tokens * scenario.model.hidden * work.w  # (the rank's tokens: s / cp of each sequence)
     programs = []
     for stage in range(p):
         prog = Program(grid.stage_ranks(stage), name=f"stage {stage}")
         chunks = [stage_units(work, virtual_stage(spec.schedule, stage, c, p), p * v) for c in range(v)]
         held = [u for chunk in chunks for u in chunk]
         params = work.params(held)
-        work.static(prog, work.w * params, work.g * params, work.k * work.shard(held, spec.dp))
+        work.static(prog, work.w * params, work.g * params, work.k * work.shard(held, spec.replicas))
         last = None
         link = _Links(spec.schedule, p)
         for kind, mb, chunk in SCHEDULES[spec.schedule](stage, p, m, v, times=work.pass_times()):
@@ -70,7 +70,7 @@ def build(scenario: Scenario) -> Plan:
             # rank's part of the sequence; summing them over the TP group makes the replicas agree
             replicated = sum(work.units[u].replicated for u in held)
             last = _tp(prog, work, "allreduce", work.g * replicated, [last], "sequence-parallel grads", work.g)
-        if spec.dp > 1:
+        if spec.replicas > 1:
             _reduce_and_step(prog, work, scenario, held, last)
         else:
             work.gpu_step(prog, params, deps=[last])
@@ -133,6 +133,8 @@ def _piece(prog, work, unit, mb, phase, part, pieces, deps, input_only=False) ->
     ``input_only``: a backward's input gradients, its weight gradients left to W (zero-bubble schedules)."""
     if work.split_moe(unit):
         return experts.part(prog, work, unit, mb, phase, part, deps)
+    if context.has_core(work, unit, part):  # the attention core's exchanges (context parallelism)
+        return context.attention(prog, work, unit, mb, phase, part, deps)
     u, fwd = work.units[unit], phase == "fwd"
     flops, nbytes = (u.fwd_flops, u.fwd_bytes) if fwd else (u.bwd_flops, u.bwd_bytes)
     if input_only:
@@ -190,9 +192,11 @@ def _backward(prog, work, units, mb, vs, hidden_bytes, tp, sp, overlap, link, sp
         if work.split_moe(unit):  # the MoE parts' backward comes first, then the attention's pieces
             deps = [experts.backward(prog, work, unit, mb, deps)]
         if work.recompute == "full" and 0 < unit < last_unit:  # recomputing a layer repeats its TP communication
-            for _, comm in pieces:
+            for _, comm in pieces:  # (and its context-parallel exchanges)
                 if comm:
                     deps = [_tp(prog, work, comm, hidden_bytes, deps, f"recompute activations unit{unit} mb{mb}")]
+            if work.cp > 1:
+                deps = context.recompute_calls(prog, work, unit, mb, deps)
         layer = 0 < unit < last_unit
         for part, comm in reversed(pieces):
             # with sp, the gradient of the piece's output communication comes first (unless the async
@@ -245,6 +249,6 @@ def _reduce_and_step(prog: Program, work: Work, scenario: Scenario, held: list[i
     algo = spec.algo or "ring"
     reductions = [call for bucket in buckets(work, list(reversed(held)), spec.bucket_bytes)
                   for call in grad_calls(prog, work, "reducescatter", bucket, [last], algo, itemsize=work.g)]
-    step = work.gpu_step(prog, int(work.shard(held, spec.dp)), deps=reductions)
+    step = work.gpu_step(prog, int(work.shard(held, spec.replicas)), deps=reductions)
     for bucket in buckets(work, list(reversed(held)), spec.bucket_bytes):  # the shards' buckets
         grad_calls(prog, work, "allgather", bucket, [step], algo, payload="params")

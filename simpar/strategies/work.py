@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from simpar.costs.kernels import Shape, unit_kernels
 from simpar.plan import Compute, Program
 from simpar.scenario import Scenario
 from simpar.strategies import experts
@@ -54,9 +55,14 @@ class Work:
         self.sub_group = spec.sub_group_size if spec.name.startswith("zero3") else None
         self.layers, self.hidden = model.layers, model.hidden
         self.recompute = spec.recompute
-        b, s, h, t = train.micro_batch, model.seq, model.hidden, spec.tp
+        b, s, h, t, c = train.micro_batch, model.seq, model.hidden, spec.tp, spec.cp
         act_scale = self.w / 2  # Korthikanti's counts assume 16-bit activations
-        token_bytes = s * b * h * self.w  # one hidden-state tensor of the micro-batch
+        # context parallelism: a rank holds s / cp of each sequence's tokens, and every token-wise cost, its
+        # attention's (zig-zag balanced) included, falls by cp (strategies/context.py)
+        self.cp, self.cp_algo, self.tokens, self.tp = c, spec.cp_algo, b * s // c, t
+        self.alltoall_algo = spec.alltoall_algo
+        self.shape = Shape.of(scenario)
+        token_bytes = self.tokens * h * self.w  # one hidden-state tensor of the micro-batch's tokens on this rank
 
         vocab = model.vocab_per_tp_rank(t)
         embedding = UnitWork(vocab * h + model.positions * h, 0.0, 0.0,
@@ -69,34 +75,34 @@ class Work:
             kept = model.executor_activation_bytes("layer", b, self.w, spec.recompute, t, sp)
             full = model.executor_activation_bytes("layer", b, self.w, "none", t, sp)
             embedding = UnitWork(vocab * h + model.positions * h, 0.0, 0.0, 2 * token_bytes, 2 * token_bytes,
-                                 model.executor_activation_bytes("embedding", b, self.w), 0.0, model.positions * h)
+                                 model.executor_activation_bytes("embedding", b, self.w) / c, 0.0, model.positions * h)
         else:
             kept = model.layer_activation_bytes(b, spec.recompute, spec.flash_attention, t, sp) * act_scale
             full = model.layer_activation_bytes(b, "none", spec.flash_attention, t, sp) * act_scale
-        fwd = model.layer_forward_flops(b) / t
-        extra = {"none": 0.0, "full": fwd, "selective": 4.0 * b * s * s * h / t}[spec.recompute]
+        kept, full = kept / c, full / c
+        fwd = model.layer_forward_flops(b) / t / c
+        extra = {"none": 0.0, "full": fwd, "selective": 4.0 * b * s * s * h / t / c}[spec.recompute]
         layer_params = model.layer_params_per_tp_rank(t)
-        tokens = b * s
+        tokens = self.tokens
         layer = UnitWork(layer_params, fwd, 2 * fwd + extra, layer_params * self.w + full,
                          2 * (layer_params * self.w + full), kept, full - kept, model.layer_replicated_params(),
                          wgrad_flops=weight_grad_flops(scenario, "layer"), wgrad_bytes=layer_params * self.w,
                          wgrad_held=self.w * tokens * (_layer_gemm_io(model) / t + 4 * h))
         final_norm = model.final_norm_params()
         head_params = (0 if model.tied_embeddings else vocab * h) + final_norm
-        logits = 4.0 * b * s * vocab  # fp32 logits kept for the cross-entropy backward
-        kept_head = model.executor_activation_bytes("head", b, self.w, tp=t) if self.executor_activations else logits
-        head_fwd = model.head_forward_flops(b) / t
+        logits = 4.0 * self.tokens * vocab  # fp32 logits kept for the cross-entropy backward
+        kept_head = model.executor_activation_bytes("head", b, self.w, tp=t) / c if self.executor_activations else logits
+        head_fwd = model.head_forward_flops(b) / t / c
         head = UnitWork(head_params, head_fwd, 2 * head_fwd, vocab * h * self.w + logits,
                         2 * (vocab * h * self.w + logits), kept_head, 0.0, final_norm,
                         wgrad_flops=weight_grad_flops(scenario, "head"), wgrad_bytes=vocab * h * self.w,
                         wgrad_held=self.w * tokens * (h + vocab))
-        self.ep, self.tp, self.edp = spec.ep, spec.tp, spec.dp * spec.tp // spec.ep
+        self.ep, self.edp = spec.ep, spec.dp * spec.tp // spec.ep
         layers = [layer] * model.layers
         if model.experts:  # MoE layers after the dense ones (strategies/experts.py)
             moe, self.moe_parts = experts.moe_unit(self, model, spec, b, self.w,
                                                    self.w if self.executor_activations else act_scale)
             self.alltoall_bytes = experts.alltoall_bytes(model, b, spec, self.w)
-            self.alltoall_algo = spec.alltoall_algo
             layers = [moe if model.unit_kind(1 + i) == "moe" else layer for i in range(model.layers)]
         self.model = model
         self.units = [embedding] + layers + [head]
@@ -104,6 +110,12 @@ class Work:
     @property
     def num_units(self) -> int:
         return len(self.units)
+
+    def piece_work(self, phase: str, part: str) -> tuple[float, float]:
+        """FLOPs and memory traffic of a layer's piece as the kernel model counts them (context parallelism's
+        pieces round the attention core: strategies/context.py)."""
+        kernels = unit_kernels(self.shape, "layer", phase, part)
+        return sum(getattr(k, "flops", 0.0) for k in kernels), sum(k.bytes for k in kernels)
 
     def pass_times(self) -> tuple[float, float, float]:
         """A layer's forward, input-gradient and weight-gradient work (FLOPs; their ratio steers ZB-V)."""
@@ -184,12 +196,7 @@ def _layer_gemm_io(model) -> int:
 
 def weight_grad_flops(scenario: Scenario, kind: str) -> float:
     """FLOPs of a unit's weight-gradient GEMMs on one rank, from the kernels the GPU model prices."""
-    from simpar.costs.kernels import Shape, unit_kernels
-
-    spec, train = scenario.strategy, scenario.train
-    shape = Shape(scenario.model, train.micro_batch, spec.tp, spec.sequence_parallel, spec.recompute,
-                  spec.flash_attention, train.weight_bytes, spec.ep, spec.expert_imbalance)
-    return sum(getattr(k, "flops", 0.0) for k in unit_kernels(shape, kind, "bwd", "/weight"))
+    return sum(getattr(k, "flops", 0.0) for k in unit_kernels(Shape.of(scenario), kind, "bwd", "/weight"))
 
 
 def buckets(work: Work, units, capacity: int) -> list[tuple[int, ...]]:

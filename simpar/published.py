@@ -51,13 +51,14 @@ def load(path: str | Path | None = None) -> list[dict]:
 def _scenario(case: dict, microbatches: int | None = None):
     lay = case["layout"]
     model = ModelSpec(**case["model"])  # the entry's keys are ModelSpec's fields
-    dp = lay["gpus"] // (lay["tp"] * lay["pp"])
+    cp = lay.get("cp", 1)  # context parallelism: each sequence over cp ranks (cp_algo in "options")
+    dp = lay["gpus"] // (lay["tp"] * lay["pp"] * cp)
     batch = case["batch"] if microbatches is None else case["micro_batch"] * dp * microbatches
     strategy = case.get("strategy", "3d")  # data-parallel ones (zero3 with ZeRO++, hsdp...) take dp alone
     degrees = {"tp": lay["tp"], "pp": lay["pp"], "dp": dp} if strategy in ("3d", "pp", "tp") else {}
     return make_scenario(model, strategy, lay["gpus"], topology=case["hardware"], micro_batch=case["micro_batch"],
                          global_batch=batch, precision=case.get("precision", "bf16-mixed"), **degrees,
-                         recompute=case.get("recompute", "none"), ep=lay.get("ep", 1),
+                         recompute=case.get("recompute", "none"), ep=lay.get("ep", 1), cp=cp,
                          **case.get("options", {}),  # further StrategySpec fields: expert_imbalance, zeropp_*...
                          schedule=lay.get("schedule", "1f1b"), virtual_stages=lay.get("virtual_stages", 1),
                          sequence_parallel=lay.get("sequence_parallel", False),

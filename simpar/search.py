@@ -46,9 +46,12 @@ class Candidate:
     schedule: str = "1f1b"
     virtual_stages: int = 1
     ep: int = 1
+    cp: int = 1
+    cp_algo: str = "ring"
 
     def describe(self) -> str:
-        layout = f"dp {self.dp} x pp {self.pp} x tp {self.tp}" + (f", ep {self.ep}" if self.ep > 1 else "")
+        layout = f"dp {self.dp} x pp {self.pp} x tp {self.tp}" + (f", ep {self.ep}" if self.ep > 1 else "") + \
+            (f", cp {self.cp} {self.cp_algo}" if self.cp > 1 else "")
         schedule = "" if self.pp == 1 else f", {self.schedule}" + (f" v={self.virtual_stages}"
                                                                     if self.virtual_stages > 1 else "")
         return f"{self.strategy} ({layout}{schedule}), micro-batch {self.micro_batch}, recompute {self.recompute}"
@@ -102,7 +105,29 @@ def candidates(model: ModelSpec, gpus: int, global_batch: int, gpus_per_machine:
                             out.append(Candidate("3d", dp, pp, tp, mb, recompute, "zb-v"))
     expert_parallel = [dataclasses.replace(c, ep=ep) for c in out if c.strategy in EXPERT_PARALLEL
                        for ep in _divisors(c.dp) if ep > 1 and model.experts % ep == 0] if model.experts else []
-    return out + expert_parallel
+    return out + expert_parallel + _context_parallel(model, out)
+
+
+# Context parallelism only pays where attention's s^2 dominates and activations overflow: Megatron-Core
+# advises it from 8K tokens a sequence on
+CONTEXT_PARALLEL_FROM = 8192
+
+
+def _context_parallel(model: ModelSpec, out: list[Candidate]) -> list[Candidate]:
+    """Each 3d layout with its dp ranks carved into cp ranks that split a sequence (ring; Ulysses where the
+    heads divide), for long sequences."""
+    if model.seq < CONTEXT_PARALLEL_FROM or model.experts:
+        return []
+    found = []
+    for c in out:
+        if c.strategy != "3d" or c.schedule not in ("1f1b", "interleaved"):
+            continue
+        for cp in _divisors(c.dp)[1:]:
+            for algo in ("ring", "ulysses"):
+                heads_divide = model.heads % (c.tp * cp) == 0 and model.n_kv_heads % (c.tp * cp) == 0
+                if (algo == "ring" and model.seq % (2 * cp) == 0) or (algo == "ulysses" and heads_divide):
+                    found.append(dataclasses.replace(c, dp=c.dp // cp, cp=cp, cp_algo=algo))
+    return found
 
 
 class Search:
@@ -132,7 +157,8 @@ class Search:
         return make_scenario(self.model, c.strategy, self.gpus, topology=self.topology_name, device=self.device,
                              micro_batch=c.micro_batch, global_batch=batch, precision=self.precision,
                              optimizer=self.optimizer, dp=c.dp, pp=c.pp, tp=c.tp, recompute=c.recompute,
-                             schedule=c.schedule, virtual_stages=c.virtual_stages, ep=c.ep)
+                             schedule=c.schedule, virtual_stages=c.virtual_stages, ep=c.ep, cp=c.cp,
+                             cp_algo=c.cp_algo)
 
     def evaluate(self, c: Candidate) -> Outcome:
         """Memory first, then the step time. Many micro-batches: a step is affine in their number

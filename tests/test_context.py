@@ -101,3 +101,36 @@ def test_context_parallel_bad_input(options, message):
         return
     with pytest.raises(SimparError, match=message.replace("(", r"\(").replace(")", r"\)")):
         make_scenario(model, strategy, gpus, micro_batch=1, microbatches=2, **options)
+
+
+def test_the_published_suite_expresses_context_parallel_and_zero_bubble_cases():
+    from simpar.models import model
+    from simpar.published import run_case
+
+    llama = {k: v for k, v in model("llama2-7b").__dict__.items()}
+    cases = [
+        {"id": "cp", "set": "T", "hardware": "dgx-h100", "quantity": "tflops_per_gpu", "measured": 100.0,
+         "model": {**llama, "seq": 32768}, "layout": {"gpus": 32, "tp": 4, "pp": 1, "cp": 4},
+         "options": {"cp_algo": "ring"}, "micro_batch": 1, "batch": 8, "flash_attention": True},
+        {"id": "zb", "set": "T", "hardware": "dgx-a100", "quantity": "tflops_per_gpu", "measured": 100.0,
+         "model": llama, "layout": {"gpus": 16, "tp": 2, "pp": 4, "schedule": "zb-h1"},
+         "micro_batch": 1, "batch": 32, "recompute": "full"},
+    ]
+    for case in cases:
+        row = run_case(case)
+        assert "skipped" not in row and row["simulated"] > 0, row
+
+
+def test_search_tries_context_parallel_layouts_for_long_sequences():
+    from dataclasses import replace
+
+    from simpar.search import Search, candidates
+
+    long = replace(GQA, seq=16384)
+    found = [c for c in candidates(long, 16, 32, 8) if c.cp > 1]
+    assert {c.cp_algo for c in found} == {"ring", "ulysses"} and {c.cp for c in found} >= {2, 4, 8}
+    assert all(c.dp * c.pp * c.tp * c.cp == 16 for c in found)
+    assert not [c for c in candidates(GQA, 16, 32, 8) if c.cp > 1]  # 1K tokens: not worth splitting
+    search = Search(long, 16, "dgx-h100", 32)
+    outcome = search.evaluate(next(c for c in found if c.cp == 4 and c.recompute == "full"))
+    assert outcome.status == "fits" and outcome.step_time_s > 0

@@ -55,7 +55,13 @@ def register(sub) -> None:
     p.add_argument("--dp", help="data-parallel degree (pp/tp/3d; default: what the other degrees leave)")
     p.add_argument("--pp", help="pipeline stages (default: all GPUs for --strategy pp, else 1)")
     p.add_argument("--tp", help="tensor-parallel degree (default: all GPUs for --strategy tp, else 1)")
-    p.add_argument("--schedule", default="1f1b", help=f"pipeline schedule: {', '.join(SCHEDULES)} (default 1f1b)")
+    p.add_argument("--cp", default="1", help="context-parallel degree: each sequence split over this many ranks "
+                                            "(pp/tp/3d; default 1)")
+    p.add_argument("--cp-algo", default="ring", help="context-parallel attention: ring (key/value blocks passed "
+                                                     "round, zig-zag) or ulysses (all-to-alls to heads); default ring")
+    p.add_argument("--schedule", default="1f1b", help=f"pipeline schedule: {', '.join(SCHEDULES)} (default 1f1b; "
+                                                     "zb-h1 and zb-v split the backward into input and weight "
+                                                     "gradients to fill the bubbles)")
     p.add_argument("--virtual-stages", default="1", help="model chunks per rank, interleaved schedule (default 1)")
     p.add_argument("--algo", help="collective algorithm for data-parallel traffic: ring, ps, tree, hierarchical "
                                   "(default ring; dp is always ps)")
@@ -172,6 +178,7 @@ def scenario_and_notes(args) -> tuple[Scenario, list[str]]:
         algo=args.algo.strip().lower() if args.algo else None,
         schedule=args.schedule.strip().lower(),
         virtual_stages=units.positive_int(args.virtual_stages, "--virtual-stages"),
+        cp=units.positive_int(args.cp, "--cp"), cp_algo=args.cp_algo.strip().lower(),
         recompute=args.recompute.strip().lower(), flash_attention=args.flash_attention,
         sequence_parallel=args.sequence_parallel, tp_comm_overlap=args.tp_comm_overlap, **options)
     return scenario, notes
@@ -244,7 +251,8 @@ def print_result(scenario: Scenario, result: SimResult) -> None:
     where = c.topology + (f", GPUs swapped for {c.device}" if c.device else "")
     print(f"{s.name} on {c.gpus} GPUs ({where}): {scenario.model.name}, {t.precision}, {t.optimizer}")
     ep = f" (ep {s.ep})" if s.ep > 1 else ""
-    print(f"  layout dp {s.dp} x pp {s.pp} x tp {s.tp}{ep}; global batch {t.global_batch} = micro-batch "
+    cp = f" x cp {s.cp} ({s.cp_algo})" if s.cp > 1 else ""
+    print(f"  layout dp {s.dp}{cp} x pp {s.pp} x tp {s.tp}{ep}; global batch {t.global_batch} = micro-batch "
           f"{t.micro_batch} x dp {s.dp} x {scenario.microbatches} micro-batch(es)")
     if scenario.model.experts:
         print_moe(scenario)

@@ -241,3 +241,20 @@ def test_zero_bubble_schedules_train_like_one_process(schedule, world, layers):
     simulated = simulate(scenario).ranks
     assert [r["memory"]["temporaries"] for r in ranks] == [r["memory"]["temporaries"] for r in simulated]
     assert all(r["memory"]["temporaries"] > 0 for r in ranks)
+
+
+@pytest.mark.parametrize("algo,world,cp,pp,kv_heads,recompute", [
+    ("ring", 2, 2, 1, None, "none"), ("ulysses", 2, 2, 1, 2, "full"), ("ring", 4, 4, 1, 2, "none"),
+    ("ulysses", 4, 4, 1, None, "none"), ("ring", 4, 2, 1, None, "full"), ("ring", 4, 2, 2, None, "none")])
+def test_context_parallelism_trains_like_one_process(algo, world, cp, pp, kv_heads, recompute):
+    """Ring attention (zig-zag blocks, online softmax, key/value gradients passed home) and Ulysses (all-to-alls
+    to heads and back), beside dp and pp and under full recomputation: one process's training, the simulated
+    bytes (real/context_parallel.py)."""
+    from dataclasses import replace
+
+    scenario = make_scenario(replace(UNTIED, kv_heads=kv_heads), "3d", world, cp=cp, pp=pp, cp_algo=algo,
+                             micro_batch=2, microbatches=2 * pp, precision="fp32", optimizer="sgd", topology="pcie",
+                             recompute=recompute)
+    ranks = launch(run_rank, world, (scenario, STEPS, 0), timeout=240)
+    _check_training(ranks, single_process(scenario, STEPS, 0), 1e-6)
+    _check_bytes(scenario, ranks)

@@ -18,6 +18,13 @@ import torch.distributed as dist
 
 
 
+def message_tag(tag: str) -> int:
+    """The Plan's tag of a pipeline message ("F mb3 vs2") as the backend's integer tag: ZB-V's stages send a
+    pair of them forward and backward messages in orders their receives do not keep."""
+    kind, mb, vs = tag.split()
+    return 1 + (int(mb[2:]) * 1024 + int(vs[2:])) * 2 + (kind == "B")
+
+
 class CountingComm:
     """Point-to-point traffic of one rank, with the byte counters the executor reports."""
 

@@ -23,7 +23,8 @@ from torch.utils.checkpoint import checkpoint
 
 from simpar.errors import SimparError
 from simpar.plan import Alloc, Collective, Compute, Copy, Free, Recv, Send, op_label
-from simpar.real.comm import CountingComm, NativeComm
+from simpar.real.comm import CountingComm, NativeComm, message_tag
+from simpar.real.context_parallel import ContextParallel
 from simpar.real.experts import ExpertParallel
 from simpar.real.moe import MoEBlock
 from simpar.real.support import check_supported
@@ -73,7 +74,9 @@ class RankExecutor:
         else:
             self.comm = CountingComm(ctx.rank)
         self.group = list(grid.group(ctx.rank, "dp"))
-        self.index = self.group.index(ctx.rank)  # this rank's share of the batch
+        self.index = self.group.index(ctx.rank) // grid.cp  # this rank's share of the batch
+        # context parallelism: this rank's part of each sequence, attention over the whole
+        self.context = ContextParallel.install(self.model, self.comm, grid, ctx.rank, scenario) if grid.cp > 1 else None
         held = sorted({op.unit for op in self.program.ops if isinstance(op, Compute) and op.unit >= 0})
         buckets = self.program.zero_buckets()
         modules = None
@@ -139,8 +142,11 @@ class RankExecutor:
                     half = pieces[(op.unit, op.microbatch, op.phase)]
                     pieces[(op.unit, op.microbatch, op.phase)] += 1
                     rows = slice((self.index * m + op.microbatch) * b, (self.index * m + op.microbatch + 1) * b)
-                    if op.phase == "fwd":
-                        loss_total += self._forward(op, half, ids[rows], targets[rows], inputs, outputs)
+                    mine = [t[rows] if self.context is None else self.context.take(t[rows]) for t in (ids, targets)]
+                    if self.context is not None and half:  # the layer ran whole, exchanges and all, at its first piece
+                        pass
+                    elif op.phase == "fwd":
+                        loss_total += self._forward(op, half, *mine, inputs, outputs)
                     else:
                         self._backward(op, half, inputs, outputs, grad_out)
                     self.last_compute = op
@@ -277,16 +283,17 @@ class RankExecutor:
         first, last, mb = op.units[0], op.units[-1], op.microbatch
         train, spec = self.scenario.train, self.scenario.model
         if isinstance(op, Recv):
-            seq = spec.seq // self.plan.grid.tp if self.scenario.strategy.sequence_parallel else spec.seq
+            seq = spec.seq // self.plan.grid.cp
+            seq = seq // self.plan.grid.tp if self.scenario.strategy.sequence_parallel else seq
             buffer = torch.empty(train.micro_batch, seq, spec.hidden, dtype=self.dtype, device=self.device)
-            self.comm.recv(buffer, peer, _message_tag(op.tag))
+            self.comm.recv(buffer, peer, message_tag(op.tag))
             if op.tag.startswith("F"):
                 outputs[(first - 1, mb)] = buffer  # the chunk's first unit reads it as its input
             else:
                 grad_out[(last, mb)] = buffer
             return
         tensor = outputs[(last, mb)].detach() if op.tag.startswith("F") else inputs.pop((first, mb)).grad
-        self.pending_sends.append(self.comm.isend(tensor.contiguous(), peer, _message_tag(op.tag)))
+        self.pending_sends.append(self.comm.isend(tensor.contiguous(), peer, message_tag(op.tag)))
 
     def _reduce(self, op: Collective, flat: torch.Tensor) -> torch.Tensor:
         if op.op == "allreduce":
@@ -299,6 +306,8 @@ class RankExecutor:
         if op.group == "tp":
             return self._tensor_parallel(op)
         n, states = len(self.group), self.states
+        if op.group == "cp":  # performed inside the attention (real/context_parallel.py)
+            return
         if op.group == "ep":  # (of the MoE part that follows it)
             unit, mb = self.next_compute[op.id]
             return self.experts.alltoall(self.comm, unit, mb, op.payload.rsplit(" unit", 1)[0])
@@ -329,13 +338,6 @@ class RankExecutor:
             states.gathered(op.units, self.comm.ring_all_gather(shard, states.numel(op.units), self.group))
         else:
             raise SimparError(f"--compare-real: the executor cannot perform {op.op} of {op.payload} yet")
-
-
-def _message_tag(tag: str) -> int:
-    """The Plan's tag of a pipeline message ("F mb3 vs2") as the backend's integer tag: ZB-V's stages send a
-    pair of them forward and backward messages in orders their receives do not keep."""
-    kind, mb, vs = tag.split()
-    return 1 + (int(mb[2:]) * 1024 + int(vs[2:])) * 2 + (kind == "B")
 
 
 def run_rank(ctx, scenario: Scenario, steps: int, seed: int, collectives: str = "explicit") -> dict:

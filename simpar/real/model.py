@@ -26,11 +26,13 @@ class Embedding(nn.Module):
         super().__init__()
         self.tokens = nn.Embedding(spec.vocab, spec.hidden)
         self.positions = nn.Embedding(spec.positions, spec.hidden) if spec.positions else None
+        self.position_ids: torch.Tensor | None = None  # context parallelism: the rank's tokens' places
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         x = self.tokens(ids)
         if self.positions is not None:
-            x = x + self.positions(torch.arange(ids.shape[1], device=ids.device))
+            places = torch.arange(ids.shape[1]) if self.position_ids is None else self.position_ids
+            x = x + self.positions(places.to(ids.device))
         return x
 
 
@@ -46,6 +48,7 @@ class Block(nn.Module):
         self.up = nn.Linear(h, f, bias)
         self.gate = nn.Linear(h, f, bias) if self.swiglu else None
         self.down = nn.Linear(f, h, bias)
+        self.attend = None  # context parallelism: attention over the whole sequence from this rank's part
 
     def attention(self, x: torch.Tensor) -> torch.Tensor:
         return self.o(self.heads_output(x))
@@ -56,6 +59,8 @@ class Block(nn.Module):
         q = self.q(x).view(b, s, self.heads, self.head_dim).transpose(1, 2)
         k = self.k(x).view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
         v = self.v(x).view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
+        if self.attend is not None:
+            return self.attend(q, k, v).transpose(1, 2).reshape(b, s, -1)
         if self.kv_heads != self.heads:  # grouped-query attention: each kv head serves a group
             k = k.repeat_interleave(self.heads // self.kv_heads, dim=1)
             v = v.repeat_interleave(self.heads // self.kv_heads, dim=1)

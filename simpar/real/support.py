@@ -37,6 +37,9 @@ def check_supported(scenario: Scenario) -> None:
     if spec.recompute == "selective" or (spec.recompute == "full" and spec.tp > 1):
         raise SimparError("--recompute: the executor recomputes whole layers (full) without tensor parallelism "
                           "only")
+    if spec.cp > 1 and spec.tp > 1:
+        raise SimparError("--cp: the executor performs context parallelism without tensor parallelism only; leave "
+                          "out --tp")
     if spec.schedule.startswith("zb-") and spec.tp > 1:
         raise SimparError(f"--schedule: the executor performs {spec.schedule} without tensor parallelism only "
                           f"(its tensor-parallel pieces are not split into B and W); leave out --tp")

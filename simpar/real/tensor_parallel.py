@@ -97,6 +97,7 @@ class ParallelBlock(nn.Module):
         self.up = _rows(full.up, index, parts)
         self.gate = _rows(full.gate, index, parts) if full.swiglu else None
         self.down = _columns(full.down, index, parts)
+        self.attend = None  # Block.heads_output's hook: context parallelism is not combined with TP here
 
     def attention_partial(self, x: torch.Tensor) -> torch.Tensor:
         """This rank's heads (the same code as the full block, fewer heads), projected without bias."""

@@ -86,6 +86,11 @@ class StrategySpec:
         return self.dp * self.cp
 
     @property
+    def world(self) -> int:
+        """Ranks in all: replicas x pipeline stages x tensor-parallel ranks."""
+        return self.replicas * self.pp * self.tp
+
+    @property
     def chunks(self) -> int:
         """Model chunks a pipeline stage holds: the interleaved schedule's virtual stages, ZB-V's two."""
         return 2 if self.schedule == "zb-v" else self.virtual_stages

@@ -56,7 +56,7 @@ def run_and_compare(args, scenario: Scenario, notes: list[str] = ()) -> int:
     if collectives == "native" and scenario.strategy.ep > 1:
         raise SimparError("--collectives: expert parallelism's all-to-all runs as explicit pairwise sends only "
                           "(gloo has no list all-to-all); leave --collectives native out")
-    world = scenario.strategy.dp * scenario.strategy.pp * scenario.strategy.tp
+    world = scenario.strategy.world
     have = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if backend == "nccl" and have < world:
         raise SimparError(f"--backend: nccl runs one rank per GPU; {world} ranks need {world} GPUs, this machine "
@@ -129,8 +129,8 @@ def _line(label: str, row: dict, show, extra: str = "") -> str:
 
 def print_comparison(scenario: Scenario, result: dict, backend: str) -> None:
     s, t, c = scenario.strategy, scenario.train, result["comparison"]
-    world = s.dp * s.pp * s.tp
-    print(f"{s.name} on {world} ranks (dp {s.dp} x pp {s.pp} x tp {s.tp}): {scenario.model.name}, {t.precision}, "
+    cp = f" x cp {s.cp}" if s.cp > 1 else ""
+    print(f"{s.name} on {s.world} ranks (dp {s.dp}{cp} x pp {s.pp} x tp {s.tp}): {scenario.model.name}, {t.precision}, "
           f"{t.optimizer}, global batch {t.global_batch}")
     print(f"simulated on a profile of this machine vs measured with {backend} ({result['real']['steps']} steps; "
           f"losses {loss_summary(result['real']['losses'])})")

@@ -24,7 +24,7 @@ def run_real(scenario: Scenario, steps: int, seed: int = 0, timeout: float = 600
              progress=None, collectives: str = "explicit") -> dict:
     """Perform ``steps`` training steps on one process per rank; the measured run as sim-like JSON."""
     check_supported(scenario)
-    world = scenario.strategy.dp * scenario.strategy.pp * scenario.strategy.tp
+    world = scenario.strategy.world
     ranks = launch(run_rank, world, (scenario, steps, seed, collectives), timeout=timeout, backend=backend,
                    progress=progress)
     return real_json(scenario, ranks, steps, collectives)
@@ -79,6 +79,9 @@ def real_json(scenario: Scenario, ranks: list[dict], steps: int, collectives: st
         routed, dropped = sum(c[0] for c in copies), sum(c[1] for c in copies)
         notes.append(f"MoE: {dropped:,} of {routed:,} token copies dropped past their expert's capacity "
                      f"({100 * dropped / routed:.1f} %) over the {steps} steps")
+    if scenario.strategy.cp > 1:
+        notes.append(f"context parallelism: the executor exchanges {scenario.strategy.cp_algo}'s blocks inside the "
+                     "attention it computes, so their time is measured as forward and backward, not collectives")
     if collectives == "native":
         notes.append("collectives: the backend's own (--collectives native), whose traffic is not counted; "
                      "bytes sent and received are not measured")

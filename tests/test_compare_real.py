@@ -90,11 +90,12 @@ def test_the_same_worker_runs_under_torchrun(tmp_path):
 
 
 
-@pytest.mark.parametrize("args", [("--gpus", "2", "--cp", "2", "--cp-algo", "ulysses"),
-                                  ("--gpus", "2", "--pp", "2", "--schedule", "zb-h1", "--microbatches", "4")])
+@pytest.mark.parametrize("args", [("--model", "tiny", "--gpus", "2", "--cp", "2", "--cp-algo", "ulysses"),
+                                  ("--model", "tiny-deep", "--gpus", "2", "--pp", "2", "--schedule", "zb-h1",
+                                   "--microbatches", "4")])
 def test_compare_real_runs_every_rank_of_long_context_and_zero_bubble_layouts(cli, args):
     """The ranks launched are dp x cp x pp x tp: a context-parallel run has cp times its data-parallel ranks."""
-    out = json.loads(cli("run", "--strategy", "3d", "--model", "tiny", "--steps", "2", "--compare-real",
+    out = json.loads(cli("run", "--strategy", "3d", "--steps", "2", "--compare-real",
                          *args, "--json", "-").stdout)
     assert len(out["real"]["ranks"]) == 2
     for key in ("bytes_sent", "bytes_received"):

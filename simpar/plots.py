@@ -33,6 +33,20 @@ def _ranks(op_timeline: list[dict], max_ranks: int) -> list[tuple[int, list[dict
     return sorted((program["ranks"][0], program["ops"]) for program in op_timeline)[:max_ranks]
 
 
+WEIGHT_GRADS = "backward W"  # a zero-bubble schedule's deferred weight-gradient pass, drawn apart from B
+CLASS_COLOURS[WEIGHT_GRADS] = "tab:cyan"
+
+
+def split_weight_grads(op_timeline: list[dict], plan) -> list[dict]:
+    """``op_timeline`` with the weight-gradient ops (W) of ``plan``'s zero-bubble schedule in a class of
+    their own, so a timeline shows B and W apart."""
+    def relabel(program: dict, entry: dict) -> dict:
+        op = plan.program_of(program["ranks"][0]).ops[entry["op"]]
+        is_w = getattr(op, "phase", "") == "bwd" and getattr(op, "part", "").endswith("/weight")
+        return {**entry, "class": WEIGHT_GRADS} if is_w else entry
+    return [{**program, "ops": [relabel(program, e) for e in program["ops"]]} for program in op_timeline]
+
+
 def plot_timeline(ax, op_timeline: list[dict], title: str = "timeline", max_ranks: int = 16) -> None:
     """One row per rank, one lane per stream inside it, ops coloured by class: gaps on the compute
     lane are where the rank waits (a pipeline's bubble, exposed communication)."""

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
+from simpar import units
 from simpar.errors import SimparError
+from simpar.models import ModelSpec
 from simpar.scenario import Scenario
 from simpar.strategies import build_plan
 
@@ -20,6 +22,18 @@ def add_cluster_flags(parser: argparse.ArgumentParser) -> None:
                         help="a cluster file (YAML or JSON, docs/clusters.md) instead of --topology; 'simpar "
                              "topologies --show NAME' prints a preset as one to start from")
     parser.add_argument("--device", help="swap the topology's GPU for this preset (see 'simpar devices'), e.g. h200")
+
+
+def add_seq_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--seq", help="tokens per sequence, replacing the model's own (e.g. 131072 for 128K-token "
+                                      "context; split it over ranks with --cp)")
+
+
+def with_seq(args, spec: ModelSpec) -> ModelSpec:
+    """``spec`` at --seq tokens a sequence, when given."""
+    if getattr(args, "seq", None) is None:
+        return spec
+    return replace(spec, seq=units.positive_int(args.seq, "--seq"))
 
 
 def cluster_choice(args, default_topology: str, default_gpus: int) -> tuple[str, int]:

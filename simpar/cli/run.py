@@ -6,8 +6,8 @@ import os
 
 from simpar import units
 from simpar.cli.moe_flags import add_moe_flags, moe_model, moe_options
-from simpar.cli.common import (add_cluster_flags, add_json_flag, cluster_choice, is_gpu_profile, scenario_json,
-                               write_figures, write_json)
+from simpar.cli.common import (add_cluster_flags, add_json_flag, add_seq_flag, cluster_choice, is_gpu_profile,
+                               scenario_json, with_seq, write_figures, write_json)
 from simpar.errors import SimparError
 from simpar.deepspeed import load as load_deepspeed
 from simpar.deepspeed import read_config
@@ -33,6 +33,7 @@ def register(sub) -> None:
     p.add_argument("--gpus", help="number of GPUs (default 8; all of a --cluster's)")
     p.add_argument("--model", help="model preset, see 'simpar models', or a Hugging Face config.json (GPT-2 or "
                                     "LLaMA style) (default gpt2; tiny-deep with --compare-real)")
+    add_seq_flag(p)
     p.add_argument("--deepspeed", metavar="DS_CONFIG",
                    help="a DeepSpeed config (ds_config.json): ZeRO stage, offload, batch sizes, fp16/bf16, buckets, "
                         "overlap_comm, prefetch; 'auto' values are resolved and shown, unmodelled keys listed")
@@ -139,6 +140,7 @@ def scenario_and_notes(args) -> tuple[Scenario, list[str]]:
             raise SimparError(f"{flag}: --compare-real simulates the machine the ranks really run on "
                               f"(a built-in CPU-host profile); leave {flag} out")
     spec, notes = resolve_model(args.model or ("tiny-deep" if compare else "gpt2"))
+    spec = with_seq(args, spec)
     spec = moe_model(args, spec)
     topology, gpus = cluster_choice(args, "dgx-a100", 8)
     micro_batch = _optional_int(args.micro_batch, "--micro-batch")

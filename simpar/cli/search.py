@@ -10,7 +10,7 @@ from collections import Counter
 from tqdm import tqdm
 
 from simpar import units
-from simpar.cli.common import add_cluster_flags, add_json_flag, cluster_choice, write_json
+from simpar.cli.common import add_cluster_flags, add_json_flag, add_seq_flag, cluster_choice, with_seq, write_json
 from simpar.errors import SimparError
 from simpar.models import resolve_model
 from simpar.search import DATA_PARALLEL, Search, ranked, run_search
@@ -27,6 +27,7 @@ def register(sub) -> None:
                                    "parallelism, ring and Ulysses, for sequences of 8K tokens or more) at one global batch, drop "
                                    "those over the memory cap, simulate the rest and rank them by step time.")
     p.add_argument("--model", default="llama2-13b", help="preset or Hugging Face config.json (default llama2-13b)")
+    add_seq_flag(p)
     p.add_argument("--gpus", help="number of GPUs (default 64; all of a --cluster's)")
     p.add_argument("--topology", help="cluster preset (default dgx-a100)")
     add_cluster_flags(p)
@@ -47,6 +48,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     spec, notes = resolve_model(args.model)
+    spec = with_seq(args, spec)
     topology, gpus = cluster_choice(args, "dgx-a100", 64)
     batch = units.positive_int(args.global_batch, "--global-batch") if args.global_batch else 4 * gpus
     cap = None if args.memory_cap is None else units.positive(args.memory_cap, "--memory-cap")

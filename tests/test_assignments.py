@@ -10,7 +10,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 BUGS = Path(__file__).with_name("assignment_bugs")
-ASSIGNMENTS = {"a1": True, "a2": False, "a3": False, "a4": True, "a5": True}  # True: the grader runs gloo ranks (slow)
+ASSIGNMENTS = {"a1": True, "a2": False, "a3": False, "a4": True, "a5": True, "a6": False}  # True: the grader runs gloo ranks (slow)
 
 
 def grade(assignment: str, solution: str | None, stop_at_first: bool = False) -> subprocess.CompletedProcess:

@@ -140,7 +140,7 @@ def op_label(op: Op) -> str:
     if isinstance(op, Compute):
         where = "all units" if op.unit < 0 else f"unit {op.unit}"
         return f"{op.phase} {where}" + (f" mb {op.microbatch}" if op.phase != "step" else "") + \
-            (" (host)" if op.device == "host" else "")
+            (f" {op.part}" if op.part else "") + (" (host)" if op.device == "host" else "")
     if isinstance(op, Collective):
         return f"{op.op} {op.payload} ({op.group}, {op.nbytes / 2**20:.2f} MiB)".replace("  ", " ")
     if isinstance(op, (Send, Recv)):

@@ -163,3 +163,20 @@ def test_zero_bubble_bad_input(flags, message):
     gpus = 2 if strategy == "pp" and flags.get("pp") != 1 else 1
     with pytest.raises(SimparError, match=message.replace("(", r"\(")):
         make_scenario(EVEN, strategy, gpus, micro_batch=1, microbatches=4, **flags)
+
+
+def test_traces_and_timelines_tell_b_from_w():
+    """A trace names each backward op's piece (input or weight gradient); plots.split_weight_grads draws W apart."""
+    from simpar import plots
+    from simpar.models import model
+    from simpar.sim import simulate
+    from simpar.trace import build_trace
+
+    scenario = make_scenario(model("tiny-deep"), "pp", 2, schedule="zb-h1", microbatches=4)
+    result, plan = simulate(scenario), build_plan(scenario)
+    names = [e["name"] for e in build_trace(plan, result.to_json(ops=True))["traceEvents"] if e.get("ph") == "X"]
+    weights = [n for n in names if n.startswith("bwd") and n.endswith("/weight")]
+    inputs = [n for n in names if n.startswith("bwd") and n.endswith("/input")]
+    assert weights and len(weights) == len(inputs)
+    classes = [e["class"] for p in plots.split_weight_grads(result.op_timeline, plan) for e in p["ops"]]
+    assert classes.count(plots.WEIGHT_GRADS) == len(weights)

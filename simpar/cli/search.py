@@ -24,8 +24,9 @@ def register(sub) -> None:
                        description="Enumerate layouts (ddp, ZeRO-1/2/3, ZeRO-Offload; Megatron 3D over every "
                                    "dp x pp x tp split with tp inside a machine; micro-batch 1-8; recomputation "
                                    "none/selective/full; 1F1B, interleaved, ZB-H1 and ZB-V schedules; context "
-                                   "parallelism, ring and Ulysses, for sequences of 8K tokens or more) at one global batch, drop "
-                                   "those over the memory cap, simulate the rest and rank them by step time.")
+                                   "parallelism, ring and Ulysses, for sequences of 8K tokens or more) at one "
+                                   "global batch, drop those over the memory cap, simulate the rest and rank them "
+                                   "by step time.")
     p.add_argument("--model", default="llama2-13b", help="preset or Hugging Face config.json (default llama2-13b)")
     add_seq_flag(p)
     p.add_argument("--gpus", help="number of GPUs (default 64; all of a --cluster's)")

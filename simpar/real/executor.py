@@ -356,8 +356,7 @@ def _train(ctx, executor: RankExecutor, steps: int) -> dict:
     for step in range(steps):
         shares.append(executor.step(step))
         ctx.step_done()
-    losses = executor.mean_losses(shares)
-    states = executor.states
+    losses, states = executor.mean_losses(shares), executor.states
     if states.params_sharded:  # parameters stay sharded after the step: gather
         final = CountingComm(ctx.rank)  # them to report, outside the counted traffic
         for units in states.optimized:

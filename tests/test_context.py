@@ -134,3 +134,18 @@ def test_search_tries_context_parallel_layouts_for_long_sequences():
     search = Search(long, 16, "dgx-h100", 32)
     outcome = search.evaluate(next(c for c in found if c.cp == 4 and c.recompute == "full"))
     assert outcome.status == "fits" and outcome.step_time_s > 0
+
+
+@pytest.mark.parametrize("args,flag", [
+    (["--model", "tiny", "--strategy", "3d", "--gpus", "2", "--cp", "2", "--seq", "30"], "--cp: ring attention"),
+    (["--model", "llama2-7b", "--strategy", "3d", "--gpus", "64", "--tp", "8", "--cp", "8", "--cp-algo", "ulysses"],
+     "--cp: Ulysses"),
+    (["--strategy", "3d", "--gpus", "4", "--schedule", "zb-v"], "--schedule: zb-v"),
+    (["--model", "tiny", "--seq", "0"], "--seq: must be at least 1"),
+])
+def test_the_cli_refuses_bad_long_context_and_zero_bubble_input_in_one_line(capsys, args, flag):
+    from simpar.cli import main
+
+    assert main(["run", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"simpar: error: {flag}") and "\n" not in err, err

@@ -11,8 +11,11 @@ from nbclient import NotebookClient
 LESSONS = sorted((Path(__file__).resolve().parents[1] / "lessons").glob("*.ipynb"))
 
 
-def test_ten_lessons():
-    assert [p.stem[:2] for p in LESSONS] == [f"{i:02d}" for i in range(1, 11)]
+def test_twelve_lessons_each_built_from_its_source():
+    from lessons.build import NAMES
+
+    assert [p.stem[:2] for p in LESSONS] == [f"{i:02d}" for i in range(1, 13)]
+    assert [p.stem for p in LESSONS] == NAMES
 
 
 @pytest.mark.slow

@@ -27,10 +27,14 @@ def hardware_flops(scenario: Scenario) -> float:
 
 
 def utilisation(scenario: Scenario, step_time: float, topology) -> dict:
-    """Per GPU, against the dense peak of ``topology``'s GPU in the training's compute dtype."""
+    """Per GPU, against the dense peak of ``topology``'s GPU in the training's compute dtype (fp8-mixed: bf16's,
+    and as ``mfu_fp8`` against the FP8 peak)."""
     gpu = topology.graph.nodes[topology.gpus[0]]["spec"]
     peak = gpu.peak_flops(scenario.train.compute_dtype)
     gpus = scenario.cluster.gpus
     per_gpu = model_flops(scenario) / (step_time * gpus)
-    return {"model_flops_per_gpu_s": per_gpu, "mfu": per_gpu / peak,
-            "hfu": hardware_flops(scenario) / (step_time * gpus) / peak}
+    out = {"model_flops_per_gpu_s": per_gpu, "mfu": per_gpu / peak,
+           "hfu": hardware_flops(scenario) / (step_time * gpus) / peak}
+    if scenario.train.fp8:  # (mfu stays against bf16's peak, as Megatron-LM and Transformer Engine report it)
+        out["mfu_fp8"] = per_gpu / gpu.peak_flops("fp8")
+    return out

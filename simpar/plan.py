@@ -267,6 +267,8 @@ class Grid:
             if kind == "ep":
                 return tuple(range(base + flat - flat % size, base + flat - flat % size + size))
             return tuple(range(base + flat % size, base + self.dp * self.tp, size))
+        if kind == "stage":  # every rank of the stage: its data-, context- and tensor-parallel ranks
+            return self.stage_ranks(stage)
         if kind == "cp":
             first = d - d % self.cp
             return tuple(self.rank(stage, i, t) for i in range(first, first + self.cp))

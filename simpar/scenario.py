@@ -202,6 +202,9 @@ def make_scenario(model: ModelSpec, strategy: str = "ddp", gpus: int = 8, *, top
         raise SimparError(f"--global-batch: {global_batch} disagrees with micro-batch {micro_batch} x dp {dp} x "
                           f"microbatches {microbatches} = {micro_batch * dp * microbatches}; give one of them")
     train = TrainSpec(global_batch=global_batch, micro_batch=micro_batch, precision=precision, optimizer=optimizer)
+    if train.fp8 and (name not in ("pp", "tp", "3d") or model.experts):
+        raise SimparError("--precision: fp8-mixed is Transformer Engine's, in Megatron's layouts of dense models: use "
+                          "--strategy 3d (pp, tp) without MoE layers, or bf16-mixed")
     scenario = Scenario(model, train, spec, ClusterSpec(topology, gpus, bandwidth, latency, device))
     if spec.zeropp_hpz and scenario.node_gpus % spec.zeropp_hpz:
         raise SimparError(f"--zeropp-hpz: a secondary partition of {spec.zeropp_hpz} ranks does not divide the "

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from simpar.errors import SimparError
 
-PRECISIONS = ("bf16-mixed", "fp16-mixed", "fp32")
+PRECISIONS = ("bf16-mixed", "fp16-mixed", "fp8-mixed", "fp32")
 OPTIMIZERS = ("adam", "adamw", "sgd", "sgd-momentum")
 # fp32 optimizer state bytes per parameter (besides an fp32 master copy in mixed precision)
 _STATE_BYTES = {"adam": 8, "adamw": 8, "sgd": 0, "sgd-momentum": 4}
@@ -34,8 +34,16 @@ class TrainSpec:
 
     @property
     def compute_dtype(self) -> str:
-        """The dtype the GPU's matrix units run (and whose peak MFU is measured against)."""
-        return {"bf16-mixed": "bf16", "fp16-mixed": "fp16", "fp32": "fp32"}[self.precision]
+        """The dtype the GPU's matrix units run (and whose peak MFU is measured against); fp8-mixed runs the
+        layers' linear GEMMs in FP8 (``fp8``) and everything else in bf16."""
+        return {"bf16-mixed": "bf16", "fp16-mixed": "fp16", "fp8-mixed": "bf16", "fp32": "fp32"}[self.precision]
+
+    @property
+    def fp8(self) -> bool:
+        """Transformer Engine's FP8 training: the transformer layers' linear GEMMs (QKV, attention output, MLP
+        up and down; forward, data and weight gradients) in FP8 with per-tensor scaling; attention, norms,
+        embedding and head in bf16; bf16 weights, fp32 main gradients and optimizer states as bf16-mixed."""
+        return self.precision == "fp8-mixed"
 
     @property
     def weight_bytes(self) -> int:

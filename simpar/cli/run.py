@@ -233,6 +233,12 @@ def run(args) -> int:
     for note in notes:
         print(note)
     print_result(scenario, result)
+    if scenario.train.fp8:
+        from simpar.cli.fp8_gain import as_bf16, print_fp8_gain
+
+        on = topology or build_topology(scenario)
+        base = simulate(as_bf16(scenario), topology=on, fast=quick, extrapolate=quick)
+        print_fp8_gain(scenario, result, base, on.graph.nodes[on.gpus[0]]["spec"])
     for line in wrote:
         print(line)
     return 0
@@ -262,7 +268,8 @@ def print_result(scenario: Scenario, result: SimResult) -> None:
           f"({t.global_batch / result.step_time_s:,.1f} samples/s, {tokens / result.step_time_s:,.0f} tokens/s)")
     if result.flops:
         f = result.flops
-        print(f"  model FLOP/s per GPU {f['model_flops_per_gpu_s'] / 1e12:.1f} T, MFU {100 * f['mfu']:.1f} %, "
+        fp8 = f" of the bf16 peak, {100 * f['mfu_fp8']:.1f} % of the FP8 peak" if "mfu_fp8" in f else ""
+        print(f"  model FLOP/s per GPU {f['model_flops_per_gpu_s'] / 1e12:.1f} T, MFU {100 * f['mfu']:.1f} %{fp8}, "
               f"HFU {100 * f['hfu']:.1f} % (with recomputation)")
     for part in PARTS:
         seconds = result.breakdown[part]

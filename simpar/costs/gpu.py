@@ -56,6 +56,7 @@ class Gemm:
     batch: int = 1
     itemsize: int = 2
     io_bytes: float | None = None  # memory traffic when not the operands and output once (flash attention)
+    fp8: bool = False  # run at the device's FP8 peak (Transformer Engine's linear layers)
 
     @property
     def flops(self) -> float:

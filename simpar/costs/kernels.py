@@ -51,16 +51,19 @@ class Shape:
     imbalance: float = 1.0  # the busiest expert's load over the mean (MoE layers without a capacity factor)
     cp: int = 1  # context-parallel degree: a rank's tokens are s / cp (strategies/context.py)
     cp_algo: str = "ring"
+    fp8: bool = False  # the layers' linear GEMMs in FP8 (TrainSpec.fp8)
 
     @classmethod
     def of(cls, scenario) -> "Shape":
         spec, train = scenario.strategy, scenario.train
         return cls(scenario.model, train.micro_batch, spec.tp, spec.sequence_parallel, spec.recompute,
-                   spec.flash_attention, train.weight_bytes, spec.ep, spec.expert_imbalance, spec.cp, spec.cp_algo)
+                   spec.flash_attention, train.weight_bytes, spec.ep, spec.expert_imbalance, spec.cp, spec.cp_algo,
+                   train.fp8)
 
 
-def _gemm(name, m, n, k, batch=1, w=2) -> Gemm:
-    return Gemm(name, int(m), int(n), int(k), int(batch), w)
+def _gemm(name, m, n, k, batch=1, w=2, fp8=False) -> Gemm:
+    """(FP8: 1-byte operands; the output's bytes are counted as the operands', a small overstatement.)"""
+    return Gemm(name, int(m), int(n), int(k), int(batch), 1 if fp8 else w, fp8=fp8)
 
 
 class _Layer:
@@ -78,7 +81,9 @@ class _Layer:
             heads //= sh.cp
         self.w, self.h, self.f, self.t, self.heads, self.s, self.d = w, h, f, t, heads, s, d
         self.ln = MemoryBound("layernorm", 2.0 * self.Tl * h * w)
-        self.qkv = _gemm("qkv", self.T, (h + 2 * mdl.kv_dim) // t, h, w=w)
+        fp8 = sh.fp8  # Transformer Engine fuses the casts of the QKV and MLP-up inputs into the layernorms, of
+        # the MLP-down input into the activation; the attention output is cast by a kernel of its own
+        self.qkv = _gemm("qkv", self.T, (h + 2 * mdl.kv_dim) // t, h, w=w, fp8=fp8)
         if sh.flash_attention:  # Q, K, V read and the output written once; the s² scores stay on chip
             self.core = [Gemm("flash attention", s, s, 2 * d, heads, w, io_bytes=4.0 * self.T * h / t * w)]
         else:
@@ -87,12 +92,13 @@ class _Layer:
                          MemoryBound("softmax", 2.0 * scores * w),
                          MemoryBound("attention dropout", scores * (2 * w + 1)),
                          _gemm("attention context", s, d, s, heads, w)]
-        self.out = _gemm("attention output", self.T, h, h // t, w=w)
+        self.out = _gemm("attention output", self.T, h, h // t, w=w, fp8=fp8)
+        self.casts = [MemoryBound("fp8 cast", 3.0 * self.T * h / t)] if fp8 else []  # read 2 bytes, write 1
         self.bda = MemoryBound("bias-dropout-add", self.Tl * h * (3 * w + 1))
         gated = mdl.activation == "swiglu"
-        self.up = _gemm("mlp up", self.T, (2 if gated else 1) * f // t, h, w=w)
+        self.up = _gemm("mlp up", self.T, (2 if gated else 1) * f // t, h, w=w, fp8=fp8)
         self.act = MemoryBound("swiglu" if gated else "bias-gelu", (3 if gated else 2) * self.T * f / t * w)
-        self.down = _gemm("mlp down", self.T, h, f // t, w=w)
+        self.down = _gemm("mlp down", self.T, h, f // t, w=w, fp8=fp8)
 
     def around_core(self, part: str) -> dict[str, list[Kernel]]:
         """A piece holding the attention core cut round it (context parallelism: strategies/context.py)."""
@@ -105,7 +111,7 @@ class _Layer:
         part, _, piece = part.partition("/")
         if piece:
             return self.around_core(part)[piece]
-        attn_norm, attn = [self.ln], [self.qkv, *self.core, self.out]
+        attn_norm, attn = [self.ln], [self.qkv, *self.core, *self.casts, self.out]
         mlp_norm, mlp = [self.bda, self.ln], [self.up, self.act, self.down]
         parts = {"": attn_norm + attn + mlp_norm + mlp + [self.bda],
                  "attn": attn_norm + attn, "mlp": mlp_norm + mlp + [self.bda],
@@ -134,7 +140,8 @@ class _Layer:
             return [_gemm("scores dQ", k.m, k.k, k.n, k.batch, w), _gemm("scores dK", k.n, k.k, k.m, k.batch, w)]
         if k.name.startswith("attention context"):  # C = P V: dP = dC V^T, dV = P^T dC
             return [_gemm("context dP", k.m, k.k, k.n, k.batch, w), _gemm("context dV", k.k, k.n, k.m, k.batch, w)]
-        grads = [_gemm(f"{k.name} dgrad", k.m, k.k, k.n, w=w), _gemm(f"{k.name} wgrad", k.n, k.k, k.m, w=w)]
+        grads = [_gemm(f"{k.name} dgrad", k.m, k.k, k.n, w=w, fp8=k.fp8),
+                 _gemm(f"{k.name} wgrad", k.n, k.k, k.m, w=w, fp8=k.fp8)]
         if self.sh.model.bias:
             grads.append(MemoryBound(f"{k.name} bias grad", float(k.m) * k.n * w))
         return grads
@@ -176,7 +183,7 @@ class _MoELayer(_Layer):
         self.combine.append(MemoryBound("bias-dropout-add", T * self.h * (3 * w + 1)))
 
     def forward(self, part: str) -> list[Kernel]:
-        attn_norm, attn_core = [self.ln], [self.qkv, *self.core, self.out]
+        attn_norm, attn_core = [self.ln], [self.qkv, *self.core, *self.casts, self.out]
         parts = {"attn_norm": attn_norm, "attn_core": attn_core, "router": self.router,
                  "attn": attn_norm + attn_core + self.router, "experts": self.experts, "combine": self.combine}
         parts[""] = parts["attn"] + self.experts + self.combine

@@ -32,7 +32,9 @@ def _kernels(sms: int) -> KernelModel:
 
 
 SMS = {"v100-32gb": 80, "a100-40gb": 108, "a100-80gb": 108, "h100-sxm": 132, "h200": 132, "rtx-3090": 82,
-       "rtx-4090": 128}  # NVIDIA Volta, Ampere (GA100, GA102), Hopper (GH100 SXM5) and Ada (AD102) whitepapers
+       "rtx-4090": 128, "b200": 148, "gb200": 148}
+# NVIDIA Volta, Ampere (GA100, GA102), Hopper (GH100 SXM5) and Ada (AD102) whitepapers; Blackwell: two dies of
+# 74 enabled SMs (Chips and Cheese, "Nvidia's B200")
 
 GPUS: dict[str, GPUSpec] = {
     g.name: g
@@ -44,9 +46,14 @@ GPUS: dict[str, GPUSpec] = {
         GPUSpec("a100-80gb", 19.5 * T, 156 * T, 312 * T, 312 * T, 0.7, 80 * GiB, 2039e9,
                 "NVIDIA A100 SXM4 80GB datasheet"),
         GPUSpec("h100-sxm", 67 * T, 494.7 * T, 989.4 * T, 989.4 * T, 0.7, 80 * GiB, 3.35e12,
-                "NVIDIA H100 SXM5 datasheet (dense = half the sparse figure)"),
+                "NVIDIA H100 SXM5 datasheet (dense = half the sparse figure)", fp8_flops=1978.9 * T),
         GPUSpec("h200", 67 * T, 494.7 * T, 989.4 * T, 989.4 * T, 0.7, 141 * 10**9, 4.8e12,
-                "NVIDIA H200 SXM datasheet"),
+                "NVIDIA H200 SXM datasheet", fp8_flops=1978.9 * T),
+        GPUSpec("b200", 75 * T, 1125 * T, 2250 * T, 2250 * T, 0.7, 180 * 10**9, 8e12,
+                "NVIDIA HGX B200 / DGX B200 datasheets, per GPU (dense = half the sparse figure)", fp8_flops=4500 * T),
+        GPUSpec("gb200", 90 * T, 1250 * T, 2500 * T, 2500 * T, 0.7, 186 * 10**9, 8e12,
+                "NVIDIA GB200 NVL72 datasheet, per GPU: rack figures / 72 (dense = half the sparse figure)",
+                fp8_flops=5000 * T),
         GPUSpec("rtx-3090", 35.6 * T, 35.6 * T, 71 * T, 71 * T, 0.7, 24 * GiB, 936e9,
                 "NVIDIA Ampere GA102 whitepaper (fp16 tensor with fp32 accumulate)"),
         GPUSpec("rtx-4090", 82.6 * T, 82.6 * T, 165.2 * T, 165.2 * T, 0.7, 24 * GiB, 1008e9,

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from simpar.costs.gpu import KernelModel
 from simpar.errors import SimparError
 
-DTYPES = ("fp32", "tf32", "fp16", "bf16")
+DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8")
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,7 @@ class GPUSpec:
     # How it runs kernels (GEMM efficiency by shape, HBM efficiency, launch overhead): a GPU's compute
     # is priced kernel by kernel (simpar.costs); None: a roofline over each op's FLOPs and bytes.
     kernels: KernelModel | None = field(default=None, compare=False, hash=False)
+    fp8_flops: float | None = None  # dense FP8 (E4M3/E5M2) tensor-core peak; None before Hopper
 
     def peak_flops(self, dtype: str) -> float:
         if dtype not in DTYPES:

@@ -268,8 +268,8 @@ class ModelSpec:
         split = w * (4 * h + (4 if self.activation == "swiglu" else 2) * self.ffn)
         return tokens * (replicated + split / t + 16.0 + w * self.heads / t)
 
-    def layer_activation_bytes(self, micro_batch: int, recompute: str = "none",
-                               flash_attention: bool = False, tp: int = 1, sequence_parallel: bool = False) -> float:
+    def layer_activation_bytes(self, micro_batch: int, recompute: str = "none", flash_attention: bool = False,
+                               tp: int = 1, sequence_parallel: bool = False, fp8: bool = False) -> float:
         """Bytes a layer keeps for backward in 16-bit training (Korthikanti et al. 2022).
 
         none: s·b·h·(34 + 5·a·s/h) for a GELU MLP of 4h; with tensor parallelism t (no sequence
@@ -280,6 +280,10 @@ class ModelSpec:
         attention-score term 5·a·s²·b is recomputed (flash attention never stores it either).
         full: only the layer input, 2·s·b·h. Sequence parallelism shards the replicated 10 (and the
         input kept by full recomputation) over the t ranks too: s·b·h·(34/t + 5·a·s/(h·t)).
+        fp8 (Transformer Engine): the four linear GEMMs keep their inputs as FP8 for the weight gradients, one
+        byte instead of two: the QKV and MLP-up inputs (1 + 1 of the replicated 10), the attention-output
+        input (1 of the split) and the MLP-down input (ffn/h of the split); full recomputation keeps the bf16
+        layer input as before.
         """
         s, b, h, a = self.seq, micro_batch, self.hidden, self.heads
         shard = tp if sequence_parallel else 1
@@ -288,7 +292,7 @@ class ModelSpec:
         if recompute not in ("none", "selective"):
             raise SimparError(f"--recompute: must be none, selective or full, got {recompute!r}")
         ffn_tensors = 3 if self.activation == "swiglu" else 2
-        replicated = 10.0
-        split = 8 + ffn_tensors * 2 * self.ffn / h
+        replicated = 10.0 - (2 if fp8 else 0)
+        split = 8 + ffn_tensors * 2 * self.ffn / h - ((1 + self.ffn / h) if fp8 else 0)
         scores = 0.0 if (recompute == "selective" or flash_attention) else 5.0 * a * s / h
         return s * b * h * (replicated / shard + (split + scores) / tp)

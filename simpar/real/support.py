@@ -19,6 +19,9 @@ def check_supported(scenario: Scenario) -> None:
     if scenario.train.precision == "fp16-mixed":
         raise SimparError("--precision: fp16 needs loss scaling, which the executor does not do; use bf16-mixed "
                           "or fp32")
+    if scenario.train.fp8:
+        raise SimparError("--precision: the executor does not run FP8 (Transformer Engine's kernels need Hopper "
+                          "or later); use bf16-mixed")
     if scenario.train.mixed and spec.name == "zero3-infinity":
         raise SimparError("--precision: the executor runs zero3-infinity in fp32 only")
     if spec.algo not in (None, "ring", "ps"):

@@ -33,6 +33,9 @@ class OpCosts:
         dtype = scenario.train.compute_dtype
         if getattr(gpu, f"{dtype}_flops") is None:
             raise SimparError(f"--precision: {gpu.name} has no fast {dtype}; use fp16-mixed or fp32")
+        if scenario.train.fp8 and gpu.fp8_flops is None:
+            raise SimparError(f"--precision: fp8-mixed needs FP8 tensor cores (Hopper or later: h100-sxm, h200, b200, "
+                              f"gb200); {gpu.name} has none, use bf16-mixed")
         self.gpu = gpu
         self.flops_rate = gpu.flops(dtype)
         self.kernel_pricer = KernelPricer(scenario, gpu) if gpu.kernels is not None else None

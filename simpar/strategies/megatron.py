@@ -53,6 +53,9 @@ def build(scenario: Scenario) -> Plan:
         held = [u for chunk in chunks for u in chunk]
         params = work.params(held)
         work.static(prog, work.w * params, work.g * params, work.k * work.shard(held, spec.replicas))
+        layers = sum(1 for u in held if work.model.unit_kind(u) == "layer")
+        if work.fp8_weight_bytes and layers:
+            prog.alloc("compute", "buffers", work.fp8_weight_bytes * layers, payload="fp8 weights")
         last = None
         link = _Links(spec.schedule, p)
         for kind, mb, chunk in SCHEDULES[spec.schedule](stage, p, m, v, times=work.pass_times()):
@@ -166,6 +169,7 @@ def _forward(prog, work, units, mb, vs, virtual_stages, hidden_bytes, tp, sp, li
             tokens = hidden_bytes // (work.w * work.hidden)  # the sums of exp and of the target's logit
             for payload, nbytes in (("logits max", 4 * tokens), ("cross-entropy sums", 8 * tokens)):
                 deps = [_tp(prog, work, "allreduce", nbytes, deps, f"{payload} mb{mb}", itemsize=4)]
+    deps = _amax(prog, work, units, 2, deps, f"fp8 amax mb{mb}")
     target = link(vs, vs + 1) if vs < virtual_stages - 1 else None
     if target:
         prog.add(Send, "send", deps, peer=target, nbytes=boundary, tag=f"F mb{mb} vs{vs + 1}",
@@ -222,11 +226,23 @@ def _backward(prog, work, units, mb, vs, hidden_bytes, tp, sp, overlap, link, sp
             prog.free("compute", "activations", u.activations, payload=f"unit{unit} mb{mb}")
         if split and u.wgrad_held:  # what the weight gradients will read: the GEMMs' inputs and output gradients
             prog.alloc("compute", "temporaries", u.wgrad_held, payload=f"weight grads unit{unit} mb{mb}")
+    deps = _amax(prog, work, units, 1, deps, f"fp8 grad amax mb{mb}")
     target = link(vs, vs - 1) if vs > 0 else None
     if target:
         prog.add(Send, "send", deps, peer=target, nbytes=boundary, tag=f"B mb{mb} vs{vs - 1}",
                  microbatch=mb, units=tuple(units))
     return deps[0]
+
+
+def _amax(prog: Program, work: Work, units, per_gemm: int, deps, payload: str) -> list[int]:
+    """FP8 delayed scaling (Transformer Engine): at the end of a chunk's forward (backward) the amax of each
+    FP8 tensor, ``per_gemm`` a linear GEMM (input and weight; output gradient), is all-reduced as one fp32 buffer
+    over the stage's data-, context- and tensor-parallel ranks, so that every replica scales alike."""
+    layers = sum(1 for u in units if work.model.unit_kind(u) == "layer")
+    if not (work.fp8_weight_bytes and layers and work.stage_size > 1):
+        return deps
+    return [prog.add(Collective, "comm", deps, op="allreduce", group="stage", nbytes=4 * 4 * per_gemm * layers,
+                     algo="tree", payload=payload, itemsize=4)]
 
 
 def _weight_grads(prog: Program, work: Work, units, mb: int) -> int:

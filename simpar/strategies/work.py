@@ -77,8 +77,8 @@ class Work:
             embedding = UnitWork(vocab * h + model.positions * h, 0.0, 0.0, 2 * token_bytes, 2 * token_bytes,
                                  model.executor_activation_bytes("embedding", b, self.w) / c, 0.0, model.positions * h)
         else:
-            kept = model.layer_activation_bytes(b, spec.recompute, spec.flash_attention, t, sp) * act_scale
-            full = model.layer_activation_bytes(b, "none", spec.flash_attention, t, sp) * act_scale
+            kept = model.layer_activation_bytes(b, spec.recompute, spec.flash_attention, t, sp, train.fp8) * act_scale
+            full = model.layer_activation_bytes(b, "none", spec.flash_attention, t, sp, train.fp8) * act_scale
         kept, full = kept / c, full / c
         fwd = model.layer_forward_flops(b) / t / c
         extra = {"none": 0.0, "full": fwd, "selective": 4.0 * b * s * s * h / t / c}[spec.recompute]
@@ -106,6 +106,10 @@ class Work:
             layers = [moe if model.unit_kind(1 + i) == "moe" else layer for i in range(model.layers)]
         self.model = model
         self.units = [embedding] + layers + [head]
+        # Transformer Engine's FP8 weights, kept across micro-batches: each linear weight cast to FP8 and its
+        # transpose (Hopper's FP8 GEMMs take one layout only, so the data gradient reads a transposed copy)
+        self.fp8_weight_bytes = 2 * _layer_linear_weights(model) // t if train.fp8 else 0
+        self.stage_size = spec.replicas * t  # ranks of a pipeline stage (group "stage")
 
     @property
     def num_units(self) -> int:
@@ -183,6 +187,12 @@ class Work:
                        payload="model states")  # worth at a time with ZeRO-3)
         if self.fp32_master and optimizer:
             prog.alloc("compute", "optimizer", 4 * optimized, memory=optimizer_memory, payload="model states")
+
+
+def _layer_linear_weights(model) -> int:
+    """Elements of a dense layer's four linear weights (QKV, attention output, MLP up (and gate), MLP down)."""
+    h, gated = model.hidden, 2 if model.activation == "swiglu" else 1
+    return h * (h + 2 * model.kv_dim) + h * h + gated * h * model.ffn + model.ffn * h
 
 
 def _layer_gemm_io(model) -> int:

@@ -71,6 +71,13 @@ HOSTS: dict[str, HostSpec] = {
         # DGX H100: 2x Intel Xeon Platinum 8480C (56 cores each), 8 channels DDR5-4800 per socket.
         HostSpec("xeon-8480x2", 112, 2048 * GiB, 614e9, 8.6 * T, 5e9,
                  "DGX H100 user guide; CPU-Adam rate scaled from ZeRO-Offload"),
+        # DGX B200: 2x Intel Xeon Platinum 8570 (56 cores each), 8 channels DDR5-5600 per socket.
+        HostSpec("xeon-8570x2", 112, 2048 * GiB, 717e9, 8.6 * T, 5e9,
+                 "DGX B200 user guide; CPU-Adam rate as the DGX H100's (same core count)"),
+        # GB200 NVL72: 36 Grace CPUs (72 Arm Neoverse V2 cores, 480 GB LPDDR5X at 512 GB/s each) as one host
+        # per rack (simpar's node is the NVLink domain); reached over NVLink-C2C, not PCIe
+        HostSpec("grace-nvl72", 36 * 72, 36 * 480 * 10**9, 36 * 512e9, 36 * 3.5 * T, 36 * 3.2e9,
+                 "NVIDIA GB200 NVL72 and Grace CPU datasheets; CPU-Adam rate scaled by cores from ZeRO-Offload"),
         # A workstation: 32-core Threadripper 3970X, 4 channels DDR4-3200.
         HostSpec("threadripper-3970x", 32, 256 * GiB, 102.4e9, 3.6 * T, 1.5e9,
                  "AMD Threadripper 3970X spec sheet; CPU-Adam rate scaled by cores"),

@@ -91,6 +91,8 @@ def nvlink_full(gpus: int, device: str = "a100-40gb") -> dict:
 _DGX = {  # GPU, host, NVSwitch port per GPU, PCIe gen, NIC, NVLink and InfiniBand link classes, NVLS
     "dgx-a100": ("a100-80gb", "epyc-7742x2", "300GB/s", 4, "200Gb/s", "nvlink3", "ib-hdr", False),  # 8x HDR
     "dgx-h100": ("h100-sxm", "xeon-8480x2", "450GB/s", 5, "400Gb/s", "nvlink4", "ib-ndr", True),  # 8x NDR
+    "dgx-h200": ("h200", "xeon-8480x2", "450GB/s", 5, "400Gb/s", "nvlink4", "ib-ndr", True),  # DGX H200: as H100
+    "dgx-b200": ("b200", "xeon-8570x2", "900GB/s", 5, "400Gb/s", "nvlink5", "ib-ndr", True),  # 8x CX-7 NDR
 }
 
 
@@ -148,6 +150,10 @@ PRESETS: dict[str, TopologyPreset] = {
                        16384, lambda gpus, **kw: dgx_cluster(gpus, "dgx-a100", **kw)),
         TopologyPreset("dgx-h100", "nodes of 8 H100-SXM on NVSwitch, NDR InfiniBand between nodes",
                        16384, lambda gpus, **kw: dgx_cluster(gpus, "dgx-h100", **kw)),
+        TopologyPreset("dgx-h200", "nodes of 8 H200 on NVSwitch (NVLink 4), NDR InfiniBand between nodes",
+                       16384, lambda gpus, **kw: dgx_cluster(gpus, "dgx-h200", **kw)),
+        TopologyPreset("dgx-b200", "nodes of 8 B200 on NVSwitch (NVLink 5), NDR InfiniBand between nodes",
+                       16384, lambda gpus, **kw: dgx_cluster(gpus, "dgx-b200", **kw)),
     ]
 }
 

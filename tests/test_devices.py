@@ -32,13 +32,15 @@ def test_presets_are_frozen():
 def test_missing_dtype_support_is_a_clear_error():
     with pytest.raises(SimparError, match="v100-32gb has no bf16"):
         devices.gpu("v100-32gb").flops("bf16")
-    with pytest.raises(SimparError, match="unknown 'fp8'"):
-        devices.gpu("h100-sxm").flops("fp8")
+    with pytest.raises(SimparError, match="a100-80gb has no fp8"):
+        devices.gpu("a100-80gb").flops("fp8")
+    with pytest.raises(SimparError, match="unknown 'fp4'"):
+        devices.gpu("b200").flops("fp4")
 
 
 def test_unknown_preset_names_the_field_and_the_choices():
-    with pytest.raises(SimparError, match=r"--device: unknown preset 'b200'.*a100-80gb"):
-        devices.gpu("b200")
+    with pytest.raises(SimparError, match=r"--device: unknown preset 'b300'.*a100-80gb"):
+        devices.gpu("b300")
 
 
 def test_host_and_nvme_presets():

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-STREAMS = ("compute", "comm", "send", "recv", "copy", "host")
+STREAMS = ("compute", "comm", "send", "recv", "copy", "host", "dp")  # dp: overlapped data-parallel collectives
 CATEGORIES = ("params", "grads", "optimizer", "activations", "buffers", "temporaries")
 
 

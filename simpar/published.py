@@ -63,6 +63,9 @@ def _scenario(case: dict, microbatches: int | None = None):
                          schedule=lay.get("schedule", "1f1b"), virtual_stages=lay.get("virtual_stages", 1),
                          sequence_parallel=lay.get("sequence_parallel", False),
                          tp_comm_overlap=lay.get("tp_comm_overlap", False),
+                         overlap_grad_reduce=lay.get("overlap_grad_reduce", False),
+                         overlap_param_gather=lay.get("overlap_param_gather", False),
+                         tp_comm_overlap_forward=lay.get("tp_comm_overlap_forward", False),
                          flash_attention=case.get("flash_attention", False),
                          grad_accum_dtype=case.get("grad_accum_dtype"))
 

@@ -40,6 +40,14 @@ class StrategySpec:
     # Megatron's async TP communication in backward: a column-parallel GEMM's input-gradient all-reduce
     # (reduce-scatter with sp) runs while its weight-gradient GEMM computes
     tp_comm_overlap: bool = False
+    # Megatron-Core's distributed optimizer habits (3d/pp/tp across data-parallel ranks): each gradient bucket's
+    # reduce-scatter starts as the last micro-batch's backward finishes it, and the parameters' all-gather runs
+    # bucket by bucket under the next step's first forward (steady state: this step's, gathering the last)
+    overlap_grad_reduce: bool = False
+    overlap_param_gather: bool = False
+    # Megatron-Core's --tp-comm-overlap (Transformer Engine userbuffers): the forward's sequence-parallel
+    # all-gathers and reduce-scatters also stream under their GEMMs (Megatron-LM's tp_comm_overlap: backward only)
+    tp_comm_overlap_forward: bool = False
     grad_accum_dtype: str | None = None  # main gradients: fp32 | bf16 | fp16 (None: the weights' dtype)
     # ZeRO-3: gather the parameters a module at a time (DeepSpeed) or a layer at a time (FSDP's usual
     # wrapping); None: module for zero3, layer for its offload variants (which simpar moves by layer)
@@ -202,6 +210,14 @@ def make_scenario(model: ModelSpec, strategy: str = "ddp", gpus: int = 8, *, top
         raise SimparError(f"--global-batch: {global_batch} disagrees with micro-batch {micro_batch} x dp {dp} x "
                           f"microbatches {microbatches} = {micro_batch * dp * microbatches}; give one of them")
     train = TrainSpec(global_batch=global_batch, micro_batch=micro_batch, precision=precision, optimizer=optimizer)
+    for flag, on in (("--overlap-grad-reduce", spec.overlap_grad_reduce),
+                     ("--overlap-param-gather", spec.overlap_param_gather),
+                     ("--tp-comm-overlap-forward", spec.tp_comm_overlap_forward)):
+        if on and name not in ("pp", "tp", "3d"):
+            raise SimparError(f"{flag}: Megatron-Core's overlap, for its layouts: use --strategy 3d (pp, tp)")
+    if spec.tp_comm_overlap_forward and not (spec.sequence_parallel and spec.tp > 1):
+        raise SimparError("--tp-comm-overlap-forward: Transformer Engine's userbuffers overlap sequence-parallel "
+                          "collectives; add --sequence-parallel with --tp 2 or more")
     if train.fp8 and (name not in ("pp", "tp", "3d") or model.experts):
         raise SimparError("--precision: fp8-mixed is Transformer Engine's, in Megatron's layouts of dense models: use "
                           "--strategy 3d (pp, tp) without MoE layers, or bf16-mixed")

@@ -21,7 +21,7 @@ from simpar.sim import simulate
 from simpar.topologies.cluster_file import dump, parse
 
 SIZES = {"ring": [2, 5], "star": [1, 4], "pcie": [1, 6], "workstation": [4], "nvlink-ring": [2, 8],
-         "nvlink-full": [3, 4], "dgx-a100": [4, 16, 264], "dgx-h100": [8, 24]}
+         "nvlink-full": [3, 4], "dgx-a100": [4, 16, 264], "dgx-h100": [8, 24], "dgx-h200": [8, 16], "dgx-b200": [4, 16]}
 
 
 def graph_of(topo):

@@ -82,6 +82,14 @@ def register(sub) -> None:
     p.add_argument("--tp-comm-overlap", action="store_true",
                    help="tp/3d: Megatron's async TP communication: the backward's input-gradient all-reduce "
                         "(reduce-scatter with --sequence-parallel) overlaps the weight-gradient GEMM")
+    mcore = p.add_argument_group("Megatron-Core's overlaps (pp/tp/3d)")
+    mcore.add_argument("--overlap-grad-reduce", action="store_true",
+                       help="each gradient bucket's reduce-scatter starts as the last micro-batch's backward finishes it")
+    mcore.add_argument("--overlap-param-gather", action="store_true",
+                       help="the parameters' all-gather runs bucket by bucket under the next step's first forward")
+    mcore.add_argument("--tp-comm-overlap-forward", action="store_true",
+                       help="with --sequence-parallel: the forward's TP all-gathers and reduce-scatters stream under "
+                            "their GEMMs too (Transformer Engine userbuffers, Megatron-Core's --tp-comm-overlap)")
     p.add_argument("--grad-accum-dtype", help="dtype of the main gradients: fp32 (Megatron; 18 bytes per parameter "
                                               "with mixed-precision Adam), bf16 or fp16 (default: the weights')")
     p.add_argument("--exact", action="store_true",
@@ -182,7 +190,9 @@ def scenario_and_notes(args) -> tuple[Scenario, list[str]]:
         virtual_stages=units.positive_int(args.virtual_stages, "--virtual-stages"),
         cp=units.positive_int(args.cp, "--cp"), cp_algo=args.cp_algo.strip().lower(),
         recompute=args.recompute.strip().lower(), flash_attention=args.flash_attention,
-        sequence_parallel=args.sequence_parallel, tp_comm_overlap=args.tp_comm_overlap, **options)
+        sequence_parallel=args.sequence_parallel, tp_comm_overlap=args.tp_comm_overlap,
+        overlap_grad_reduce=args.overlap_grad_reduce, overlap_param_gather=args.overlap_param_gather,
+        tp_comm_overlap_forward=args.tp_comm_overlap_forward, **options)
     return scenario, notes
 
 

@@ -19,6 +19,9 @@ def check_supported(scenario: Scenario) -> None:
     if scenario.train.precision == "fp16-mixed":
         raise SimparError("--precision: fp16 needs loss scaling, which the executor does not do; use bf16-mixed "
                           "or fp32")
+    if spec.overlap_param_gather:
+        raise SimparError("--overlap-param-gather: the executor gathers the parameters after the step, not ahead of "
+                          "the next; leave it out with --compare-real")
     if scenario.train.fp8:
         raise SimparError("--precision: the executor does not run FP8 (Transformer Engine's kernels need Hopper "
                           "or later); use bf16-mixed")

@@ -123,15 +123,15 @@ def backward(prog: Program, work, unit: int, mb: int, deps) -> int:
 
 
 def grad_calls(prog: Program, work, op: str, units, deps, algo: str, payload: str = "grads",
-               itemsize=None) -> list[int]:
+               itemsize=None, stream: str = "comm") -> list[int]:
     """A data-parallel collective of ``units``' gradients (or parameters): all but the experts over dp, and,
     under expert parallelism, the experts over the ranks holding the same ones (edp; none when ep = dp)."""
     size = itemsize or work.w
     experts = work.expert_params(units) if work.ep > 1 else 0
-    calls = [prog.add(Collective, "comm", deps, op=op, group="dp", nbytes=size * (work.params(units) - experts),
+    calls = [prog.add(Collective, stream, deps, op=op, group="dp", nbytes=size * (work.params(units) - experts),
                       algo=algo, payload=payload, units=tuple(units), itemsize=size)]
     if experts and work.edp > 1:
-        calls.append(prog.add(Collective, "comm", deps, op=op, group="edp", nbytes=size * experts, algo=algo,
+        calls.append(prog.add(Collective, stream, deps, op=op, group="edp", nbytes=size * experts, algo=algo,
                               payload=f"expert {payload}", units=tuple(units), itemsize=size))
     return calls
 

@@ -52,6 +52,7 @@ def build(scenario: Scenario) -> Plan:
         chunks = [stage_units(work, virtual_stage(spec.schedule, stage, c, p), p * v) for c in range(v)]
         held = [u for chunk in chunks for u in chunk]
         params = work.params(held)
+        work.param_ready = _gather_params_ahead(prog, work, spec, held)
         work.static(prog, work.w * params, work.g * params, work.k * work.shard(held, spec.replicas))
         layers = sum(1 for u in held if work.model.unit_kind(u) == "layer")
         if work.fp8_weight_bytes and layers:
@@ -153,12 +154,17 @@ def _forward(prog, work, units, mb, vs, virtual_stages, hidden_bytes, tp, sp, li
                      microbatch=mb, units=tuple(units))] if source else []
     for unit in units:
         u = work.units[unit]
+        if mb == 0 and unit in work.param_ready:  # its parameters gathered ahead (--overlap-param-gather)
+            deps = deps + work.param_ready[unit]
         if work.split_moe(unit) and tp == 1:  # an MoE layer's parts and all-to-alls
             deps = [work.forward(prog, unit, mb, deps)]
             continue
         if u.activations:
             prog.alloc("compute", "activations", u.activations, payload=f"unit{unit} mb{mb}")
         pieces = _pieces(work, unit, tp, sp)
+        if work.overlap_tp_forward and 0 < unit < work.num_units - 1 and not work.split_moe(unit):
+            deps = _overlapped_halves(prog, work, unit, mb, pieces, hidden_bytes, deps)
+            pieces = ()
         for part, comm in pieces:
             deps = [_piece(prog, work, unit, mb, "fwd", part, len(pieces), deps)]
             if comm:
@@ -175,6 +181,19 @@ def _forward(prog, work, units, mb, vs, virtual_stages, hidden_bytes, tp, sp, li
         prog.add(Send, "send", deps, peer=target, nbytes=boundary, tag=f"F mb{mb} vs{vs + 1}",
                  microbatch=mb, units=tuple(units))
     return deps[0]
+
+
+def _overlapped_halves(prog, work, unit, mb, pieces, hidden_bytes, deps) -> list[int]:
+    """A layer's forward with Megatron-Core's --tp-comm-overlap (Transformer Engine userbuffers, sequence
+    parallel): each half's all-gather streams in chunk by chunk as its first GEMM consumes them, and its
+    reduce-scatter streams out as its last GEMM produces them, so a half takes about the longer of its
+    compute and its two collectives."""
+    for (norm_part, gather), (core_part, scatter) in zip(pieces[::2], pieces[1::2]):
+        norm = _piece(prog, work, unit, mb, "fwd", norm_part, len(pieces), deps)
+        ag = _tp(prog, work, gather, hidden_bytes, [norm], f"activations unit{unit} mb{mb}")
+        core = _piece(prog, work, unit, mb, "fwd", core_part, len(pieces), [norm])
+        deps = [core, _tp(prog, work, scatter, hidden_bytes, [ag], f"activations unit{unit} mb{mb}")]
+    return deps
 
 
 def _backward(prog, work, units, mb, vs, hidden_bytes, tp, sp, overlap, link, split) -> int:
@@ -259,12 +278,37 @@ def _weight_grads(prog: Program, work: Work, units, mb: int) -> int:
     return op
 
 
+def _gather_params_ahead(prog: Program, work: Work, spec, held: list[int]) -> dict[int, list[int]]:
+    """--overlap-param-gather: the parameters' all-gathers at the step's start, a bucket at a time in forward
+    order; unit -> the ops its first forward waits for."""
+    if not (spec.overlap_param_gather and spec.replicas > 1):
+        return {}
+    ready = {}
+    for bucket in reversed(buckets(work, list(reversed(held)), spec.bucket_bytes)):
+        calls = grad_calls(prog, work, "allgather", bucket, [], spec.algo or "ring", payload="params", stream="dp")
+        ready.update(dict.fromkeys(bucket, calls))
+    return ready
+
+
+def _grads_done(prog: Program, bucket, last_mb: int) -> list[int]:
+    """The ops computing ``bucket``'s gradients in the last micro-batch (its backward, W included)."""
+    return [op.id for op in prog.ops if isinstance(op, Compute) and op.phase == "bwd" and op.unit in bucket
+            and op.microbatch == last_mb]
+
+
 def _reduce_and_step(prog: Program, work: Work, scenario: Scenario, held: list[int], last: int) -> None:
-    """ZeRO-1 across the DP group: reduce-scatter the stage's gradients, step the shard, gather."""
+    """ZeRO-1 across the DP group: reduce-scatter the stage's gradients (with --overlap-grad-reduce each bucket
+    as soon as the last micro-batch has computed it), step the shard, gather (unless gathered ahead)."""
     spec = scenario.strategy
     algo = spec.algo or "ring"
-    reductions = [call for bucket in buckets(work, list(reversed(held)), spec.bucket_bytes)
-                  for call in grad_calls(prog, work, "reducescatter", bucket, [last], algo, itemsize=work.g)]
-    step = work.gpu_step(prog, int(work.shard(held, spec.replicas)), deps=reductions)
-    for bucket in buckets(work, list(reversed(held)), spec.bucket_bytes):  # the shards' buckets
-        grad_calls(prog, work, "allgather", bucket, [step], algo, payload="params")
+    reductions = []
+    for bucket in buckets(work, list(reversed(held)), spec.bucket_bytes):
+        if spec.overlap_grad_reduce:  # on the data-parallel communicator's own stream, beside TP's
+            reductions += grad_calls(prog, work, "reducescatter", bucket, _grads_done(prog, bucket, scenario.microbatches - 1),
+                                     algo, itemsize=work.g, stream="dp")
+        else:
+            reductions += grad_calls(prog, work, "reducescatter", bucket, [last], algo, itemsize=work.g)
+    step = work.gpu_step(prog, int(work.shard(held, spec.replicas)), deps=reductions + [last])
+    if not work.param_ready:
+        for bucket in buckets(work, list(reversed(held)), spec.bucket_bytes):  # the shards' buckets
+            grad_calls(prog, work, "allgather", bucket, [step], algo, payload="params")

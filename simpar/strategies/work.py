@@ -110,6 +110,9 @@ class Work:
         # transpose (Hopper's FP8 GEMMs take one layout only, so the data gradient reads a transposed copy)
         self.fp8_weight_bytes = 2 * _layer_linear_weights(model) // t if train.fp8 else 0
         self.stage_size = spec.replicas * t  # ranks of a pipeline stage (group "stage")
+        # Megatron-Core's --tp-comm-overlap (userbuffers) hides the forward's TP collectives under its GEMMs
+        self.overlap_tp_forward = spec.tp_comm_overlap_forward and spec.sequence_parallel and t > 1 and c == 1
+        self.param_ready: dict[int, list[int]] = {}  # unit -> parameter all-gathers its first forward waits for
 
     @property
     def num_units(self) -> int:

@@ -13,7 +13,8 @@ from nbformat.v4 import new_notebook
 
 HERE = Path(__file__).parent
 NAMES = ['01_data_parallel', '02_memory', '03_zero', '04_offload', '05_pipeline', '06_tensor_parallel', '07_calibrate',
-         '08_deepspeed', '09_moe', '10_zeropp', '11_long_context', '12_zero_bubble']
+         '08_deepspeed', '09_moe', '10_zeropp', '11_long_context', '12_zero_bubble',
+         '13_precision']
 
 
 def main() -> None:

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_lessons_copy_into_a_working_folder_without_overwriting(tmp_path, capsys):
     assert main(["lessons", "--dir", str(tmp_path), "--copy-only"]) == 0
     notebooks = sorted(p.name for p in (tmp_path / "lessons").glob("*.ipynb"))
-    assert notebooks == sorted(p.name for p in (ROOT / "lessons").glob("*.ipynb")) and len(notebooks) == 12
+    assert notebooks == sorted(p.name for p in (ROOT / "lessons").glob("*.ipynb")) and len(notebooks) == 13
     assert (tmp_path / "assignments" / "a1" / "ring.py").read_text() == (ROOT / "assignments/a1/ring.py").read_text()
     assert (tmp_path / "assignments" / "a4" / "test_zero2.py").exists()
     assert (tmp_path / "assignments" / "a5" / "test_dispatch.py").exists()
@@ -72,7 +72,7 @@ def test_an_installed_wheel_has_no_solutions(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     assert not [n for n in names if "solution" in n or "instructor" in n]
     assert "simpar/course/adapter.py" in names
-    assert sum(n.endswith(".ipynb") for n in names) == 12 and any(n.endswith("assignments/a1/ring.py") for n in names)
+    assert sum(n.endswith(".ipynb") for n in names) == 13 and any(n.endswith("assignments/a1/ring.py") for n in names)
     assert any(n.endswith("assignments/a5/dispatch.py") for n in names)
     assert any(n.endswith("assignments/a6/zb_h1.py") for n in names)
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(tmp_path / "site"),

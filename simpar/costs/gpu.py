@@ -45,9 +45,6 @@ class KernelModel:
     kernel_overhead: float  # seconds per kernel
     k_overhead: int = 64  # K-equivalent of a tile's prologue + epilogue
     source: str = ""
-    # the flash-attention kernel's fraction of dense peak, counting the full s x s FLOPs (a causal kernel
-    # skips half the blocks); None: a GEMM's (gemm_efficiency)
-    attention_efficiency: float | None = None
 
 
 @dataclass(frozen=True)
@@ -88,10 +85,7 @@ def gemm_time(g: Gemm, peak: float, hbm: float, model: KernelModel) -> float:
         tiles = g.batch * math.ceil(g.m / tm) * math.ceil(g.n / tn)
         waves = math.ceil(tiles / model.sms)
         # the time of ``waves`` full waves of tiles, each tile k deep plus its fixed overhead
-        efficiency = model.gemm_efficiency
-        if g.name.startswith("flash attention") and model.attention_efficiency is not None:
-            efficiency = model.attention_efficiency
-        per_tile = 2.0 * tm * tn * (g.k + model.k_overhead) / (peak * efficiency / model.sms)
+        per_tile = 2.0 * tm * tn * (g.k + model.k_overhead) / (peak * model.gemm_efficiency / model.sms)
         best = min(best, waves * per_tile / tile_efficiency(tm, tn))
     return max(best, g.bytes / (hbm * model.hbm_efficiency)) + model.kernel_overhead
 

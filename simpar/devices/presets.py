@@ -27,18 +27,8 @@ KERNEL_OVERHEAD = 4e-6
 _FIT = "efficiencies and overhead: simpar's fit to Megatron-LM on A100 (validation/published.json)"
 
 
-# A GEMM tile's prologue and epilogue (loading its pipeline, writing its output) take about the same time on
-# later GPUs while their tensor cores finish a K-step sooner, so the same overhead is worth more K: the A100
-# fit's 64 scaled by an SM's dense 16-bit rate over the A100's (Hopper 2.6x: 166, Blackwell 5.3x: 337). Older
-# and smaller GPUs keep the A100's fit, having no published measurements at hand.
-K_OVERHEAD_A100 = 64
-_A100_SM_RATE = 312e12 / 108
-
-
-def _kernels(name: str, sms: int, bf16: float | None) -> KernelModel:
-    scale = max(1.0, (bf16 or 0.0) / sms / _A100_SM_RATE) if name.startswith(("h1", "h2", "b2", "gb2")) else 1.0
-    return KernelModel(sms, GEMM_EFFICIENCY, HBM_EFFICIENCY, KERNEL_OVERHEAD, k_overhead=round(K_OVERHEAD_A100 * scale),
-                       source=_FIT + ("; tile overhead scaled by the SM's tensor rate" if scale > 1 else ""))
+def _kernels(sms: int) -> KernelModel:
+    return KernelModel(sms, GEMM_EFFICIENCY, HBM_EFFICIENCY, KERNEL_OVERHEAD, source=_FIT)
 
 
 SMS = {"v100-32gb": 80, "a100-40gb": 108, "a100-80gb": 108, "h100-sxm": 132, "h200": 132, "rtx-3090": 82,
@@ -70,7 +60,7 @@ GPUS: dict[str, GPUSpec] = {
                 "NVIDIA Ada AD102 whitepaper (fp16 tensor with fp32 accumulate)"),
     ]
 }
-GPUS = {name: dataclasses.replace(spec, kernels=_kernels(name, SMS[name], spec.bf16_flops)) for name, spec in GPUS.items()}
+GPUS = {name: dataclasses.replace(spec, kernels=_kernels(SMS[name])) for name, spec in GPUS.items()}
 
 HOSTS: dict[str, HostSpec] = {
     h.name: h

@@ -36,7 +36,8 @@ def print_fp8_gain(scenario: Scenario, result, base, gpu) -> None:
     print(f"\nvs bf16-mixed: step {units.human_time(base.step_time_s)} -> {units.human_time(result.step_time_s)} "
           f"({base.step_time_s / result.step_time_s:.2f}x faster)")
     print(f"  compute: a layer's linear GEMMs (forward and backward, one micro-batch) {units.human_time(bf16_linear)} "
-          f"-> {units.human_time(fp8_linear)} at the FP8 peak ({gpu.fp8_flops / gpu.bf16_flops:.1f}x bf16's), the whole "
+          f"-> {units.human_time(fp8_linear)} at the FP8 peak ({gpu.fp8_flops / gpu.bf16_flops:.1f}x bf16's), "
+          f"the whole "
           f"layer {units.human_time(bf16_layer)} -> {units.human_time(fp8_layer)} (attention, norms, the head and "
           f"communication stay as they were)")
     print(f"  memory (rank 0): activations {units.human_bytes(was['activations'])} -> "

@@ -84,7 +84,8 @@ def register(sub) -> None:
                         "(reduce-scatter with --sequence-parallel) overlaps the weight-gradient GEMM")
     mcore = p.add_argument_group("Megatron-Core's overlaps (pp/tp/3d)")
     mcore.add_argument("--overlap-grad-reduce", action="store_true",
-                       help="each gradient bucket's reduce-scatter starts as the last micro-batch's backward finishes it")
+                       help="each gradient bucket's reduce-scatter starts as the last micro-batch's backward "
+                            "finishes it")
     mcore.add_argument("--overlap-param-gather", action="store_true",
                        help="the parameters' all-gather runs bucket by bucket under the next step's first forward")
     mcore.add_argument("--tp-comm-overlap-forward", action="store_true",

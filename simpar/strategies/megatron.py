@@ -304,8 +304,8 @@ def _reduce_and_step(prog: Program, work: Work, scenario: Scenario, held: list[i
     reductions = []
     for bucket in buckets(work, list(reversed(held)), spec.bucket_bytes):
         if spec.overlap_grad_reduce:  # on the data-parallel communicator's own stream, beside TP's
-            reductions += grad_calls(prog, work, "reducescatter", bucket, _grads_done(prog, bucket, scenario.microbatches - 1),
-                                     algo, itemsize=work.g, stream="dp")
+            done = _grads_done(prog, bucket, scenario.microbatches - 1)
+            reductions += grad_calls(prog, work, "reducescatter", bucket, done, algo, itemsize=work.g, stream="dp")
         else:
             reductions += grad_calls(prog, work, "reducescatter", bucket, [last], algo, itemsize=work.g)
     step = work.gpu_step(prog, int(work.shard(held, spec.replicas)), deps=reductions + [last])

@@ -89,6 +89,11 @@ def test_fp8_is_refused_in_one_line_where_it_does_not_exist(capsys, args, messag
     assert err.startswith(f"simpar: error: {message}") and "\n" not in err, err
 
 
+def test_simpar_memory_sends_fp8_to_the_simulated_step(capsys):
+    assert main(["memory", "--model", "llama2-7b", "--precision", "fp8-mixed"]) == 2
+    assert "--precision: fp8-mixed memory is priced by the simulated step" in capsys.readouterr().err
+
+
 def test_the_cli_explains_the_gain_over_bf16(capsys):
     assert main(["run", "--precision", "fp8-mixed", "--strategy", "3d", "--gpus", "8", "--tp", "8", "--topology",
                  "dgx-h100", "--model", "llama2-7b", "--flash-attention"]) == 0

@@ -64,6 +64,9 @@ def show_memory(args) -> int:
         raise SimparError("--gpus-per-node: only with --deepspeed")
     args.strategy = args.strategy or "ddp"
     train = TrainSpec(precision=args.precision or "bf16-mixed", optimizer=args.optimizer)
+    if train.fp8:  # its FP8 weight copies and FP8 activations are the Megatron plan's (strategies/megatron.py)
+        raise SimparError("--precision: fp8-mixed memory is priced by the simulated step in Megatron's layouts: "
+                          "simpar run --precision fp8-mixed --strategy 3d ... (per rank, per category)")
     if args.params is not None:
         value = units.positive(args.params, "--params")
         if value != int(value):

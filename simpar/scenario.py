@@ -218,6 +218,9 @@ def make_scenario(model: ModelSpec, strategy: str = "ddp", gpus: int = 8, *, top
     if spec.tp_comm_overlap_forward and not (spec.sequence_parallel and spec.tp > 1):
         raise SimparError("--tp-comm-overlap-forward: Transformer Engine's userbuffers overlap sequence-parallel "
                           "collectives; add --sequence-parallel with --tp 2 or more")
+    if spec.tp_comm_overlap_forward and spec.cp > 1:
+        raise SimparError("--tp-comm-overlap-forward: not modelled together with --cp (the attention piece holds "
+                          "the context-parallel exchanges); drop one of the two")
     if train.fp8 and (name not in ("pp", "tp", "3d") or model.experts):
         raise SimparError("--precision: fp8-mixed is Transformer Engine's, in Megatron's layouts of dense models: use "
                           "--strategy 3d (pp, tp) without MoE layers, or bf16-mixed")

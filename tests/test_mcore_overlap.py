@@ -64,6 +64,7 @@ def test_the_fast_path_prices_the_overlaps_as_the_events(options):
 @pytest.mark.parametrize("options,message", [
     (dict(tp_comm_overlap_forward=True, sequence_parallel=False), "--tp-comm-overlap-forward: Transformer Engine"),
     (dict(tp_comm_overlap_forward=True, tp=1, dp=4), "--tp-comm-overlap-forward"),
+    (dict(tp_comm_overlap_forward=True, dp=1, cp=2), "--tp-comm-overlap-forward: not modelled together with --cp"),
 ])
 def test_bad_overlap_flags_name_the_flag(options, message):
     with pytest.raises(SimparError, match=message):

@@ -25,9 +25,9 @@ LINK_EFFICIENCY = {
     "nvlink3": 231 / 300,
     # nccl-tests all_reduce_perf, 8x H100-SXM5 on NVSwitch, ring algorithm: ~370 GB/s of 450 GB/s
     "nvlink4": 370 / 450,
-    # nccl-tests, 2 DGX A100 nodes, 8x HDR 200 Gb/s each, 4 GB (latency < 0.5 %): 188 GB/s of 200
     # NVLink 5 (B200, GB200: 900 GB/s a direction): no published nccl-tests figure at hand: NVLink 4's fraction
     "nvlink5": 370 / 450,
+    # nccl-tests, 2 DGX A100 nodes, 8x HDR 200 Gb/s each, 4 GB (latency < 0.5 %): 188 GB/s of 200
     "ib-hdr": 188 / 200,
     "ib-ndr": 188 / 200,  # no published NDR figure at hand: HDR's fraction (same NICs' generation rules)
     # PCIe: 256-byte TLP payloads carry 24 bytes of header and framing (256 / 280 = 0.914), on top of

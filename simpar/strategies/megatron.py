@@ -52,7 +52,7 @@ def build(scenario: Scenario) -> Plan:
         chunks = [stage_units(work, virtual_stage(spec.schedule, stage, c, p), p * v) for c in range(v)]
         held = [u for chunk in chunks for u in chunk]
         params = work.params(held)
-        work.param_ready = _gather_params_ahead(prog, work, spec, held)
+        ready = _gather_params_ahead(prog, work, spec, held)  # unit -> the all-gathers its first forward waits for
         work.static(prog, work.w * params, work.g * params, work.k * work.shard(held, spec.replicas))
         layers = sum(1 for u in held if work.model.unit_kind(u) == "layer")
         if work.fp8_weight_bytes and layers:
@@ -63,7 +63,7 @@ def build(scenario: Scenario) -> Plan:
             vs = virtual_stage(spec.schedule, stage, chunk, p)
             if kind == "F":
                 last = _forward(prog, work, chunks[chunk], mb, vs, p * v, hidden_bytes, spec.tp, spec.sequence_parallel,
-                                link)
+                                link, ready if mb == 0 else {})
             elif kind == "W":
                 last = _weight_grads(prog, work, chunks[chunk], mb)
             else:
@@ -75,7 +75,7 @@ def build(scenario: Scenario) -> Plan:
             replicated = sum(work.units[u].replicated for u in held)
             last = _tp(prog, work, "allreduce", work.g * replicated, [last], "sequence-parallel grads", work.g)
         if spec.replicas > 1:
-            _reduce_and_step(prog, work, scenario, held, last)
+            _reduce_and_step(prog, work, scenario, held, last, gathered_ahead=bool(ready))
         else:
             work.gpu_step(prog, params, deps=[last])
         programs.append(prog)
@@ -147,15 +147,15 @@ def _piece(prog, work, unit, mb, phase, part, pieces, deps, input_only=False) ->
                     flops=flops / pieces, bytes=nbytes / pieces)
 
 
-def _forward(prog, work, units, mb, vs, virtual_stages, hidden_bytes, tp, sp, link) -> int:
+def _forward(prog, work, units, mb, vs, virtual_stages, hidden_bytes, tp, sp, link, ready) -> int:
     boundary = hidden_bytes // tp if sp else hidden_bytes  # a TP rank's share of what crosses stages
     source = link(vs - 1, vs, receiver=True) if vs > 0 else None
     deps = [prog.add(Recv, "recv", peer=source, nbytes=boundary, tag=f"F mb{mb} vs{vs}",
                      microbatch=mb, units=tuple(units))] if source else []
     for unit in units:
         u = work.units[unit]
-        if mb == 0 and unit in work.param_ready:  # its parameters gathered ahead (--overlap-param-gather)
-            deps = deps + work.param_ready[unit]
+        if unit in ready:  # its parameters gathered ahead (--overlap-param-gather)
+            deps = deps + ready[unit]
         if work.split_moe(unit) and tp == 1:  # an MoE layer's parts and all-to-alls
             deps = [work.forward(prog, unit, mb, deps)]
             continue
@@ -296,7 +296,8 @@ def _grads_done(prog: Program, bucket, last_mb: int) -> list[int]:
             and op.microbatch == last_mb]
 
 
-def _reduce_and_step(prog: Program, work: Work, scenario: Scenario, held: list[int], last: int) -> None:
+def _reduce_and_step(prog: Program, work: Work, scenario: Scenario, held: list[int], last: int,
+                     gathered_ahead: bool = False) -> None:
     """ZeRO-1 across the DP group: reduce-scatter the stage's gradients (with --overlap-grad-reduce each bucket
     as soon as the last micro-batch has computed it), step the shard, gather (unless gathered ahead)."""
     spec = scenario.strategy
@@ -309,6 +310,6 @@ def _reduce_and_step(prog: Program, work: Work, scenario: Scenario, held: list[i
         else:
             reductions += grad_calls(prog, work, "reducescatter", bucket, [last], algo, itemsize=work.g)
     step = work.gpu_step(prog, int(work.shard(held, spec.replicas)), deps=reductions + [last])
-    if not work.param_ready:
+    if not gathered_ahead:
         for bucket in buckets(work, list(reversed(held)), spec.bucket_bytes):  # the shards' buckets
             grad_calls(prog, work, "allgather", bucket, [step], algo, payload="params")

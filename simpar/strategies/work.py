@@ -108,11 +108,10 @@ class Work:
         self.units = [embedding] + layers + [head]
         # Transformer Engine's FP8 weights, kept across micro-batches: each linear weight cast to FP8 and its
         # transpose (Hopper's FP8 GEMMs take one layout only, so the data gradient reads a transposed copy)
-        self.fp8_weight_bytes = 2 * _layer_linear_weights(model) // t if train.fp8 else 0
+        self.fp8_weight_bytes = 2 * model.layer_weights() // t if train.fp8 else 0
         self.stage_size = spec.replicas * t  # ranks of a pipeline stage (group "stage")
         # Megatron-Core's --tp-comm-overlap (userbuffers) hides the forward's TP collectives under its GEMMs
-        self.overlap_tp_forward = spec.tp_comm_overlap_forward and spec.sequence_parallel and t > 1 and c == 1
-        self.param_ready: dict[int, list[int]] = {}  # unit -> parameter all-gathers its first forward waits for
+        self.overlap_tp_forward = spec.tp_comm_overlap_forward  # (make_scenario: only with sp, tp > 1, no cp)
 
     @property
     def num_units(self) -> int:
@@ -190,12 +189,6 @@ class Work:
                        payload="model states")  # worth at a time with ZeRO-3)
         if self.fp32_master and optimizer:
             prog.alloc("compute", "optimizer", 4 * optimized, memory=optimizer_memory, payload="model states")
-
-
-def _layer_linear_weights(model) -> int:
-    """Elements of a dense layer's four linear weights (QKV, attention output, MLP up (and gate), MLP down)."""
-    h, gated = model.hidden, 2 if model.activation == "swiglu" else 1
-    return h * (h + 2 * model.kv_dim) + h * h + gated * h * model.ffn + model.ffn * h
 
 
 def _layer_gemm_io(model) -> int:

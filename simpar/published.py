@@ -3,10 +3,10 @@
 Each case of validation/published.json names its source, hardware preset, model shape (an MoE's experts
 too), layout (``ep`` for expert parallelism; a ``strategy`` other than 3d and further strategy ``options``
 such as ZeRO++'s) and batch, the quantity measured and its value; this module simulates it and reports simulated beside
-measured with the relative error (simulated - measured) / measured. Sets A-C are the referee (their
-mean and max |error| are the summary); set D is weaker (its setup is partly assumed) and reported
-apart. A case simpar cannot express (an unknown preset, an impossible layout) is skipped with the
-reason, never dropped.
+measured with the relative error (simulated - measured) / measured. Sets A-D are the referee (their
+mean and max |error| are the summary, and each group's: A-C on A100, D on H100); a set outside them
+(a user's own file may hold any) is reported apart. A case simpar cannot express (an unknown preset, an
+impossible layout) is skipped with the reason, never dropped.
 
 Long pipelines are simulated at p and 2p micro-batches and extrapolated (a step is affine in the
 number of micro-batches once the pipeline is full; simpar.search does the same and its tests hold
@@ -32,7 +32,9 @@ from simpar.sim.runner import Simulator
 from simpar.strategies import build_plan
 
 DEFAULT_FILE = Path(__file__).resolve().parents[1] / "validation" / "published.json"
-REFEREE_SETS = ("A", "B", "C")
+REFEREE_SETS = ("A", "B", "C", "D")
+# the referee's groups, each reported on its own line too: A100 runs and collectives, Megatron-Core on H100
+GROUPS = {"A-C": ("A", "B", "C"), "D": ("D",)}
 QUANTITIES = ("tflops_per_gpu", "layer_forward_ms", "layer_backward_ms", "busbw_GBps")
 
 
@@ -65,7 +67,7 @@ def _scenario(case: dict, microbatches: int | None = None):
                          tp_comm_overlap=lay.get("tp_comm_overlap", False),
                          overlap_grad_reduce=lay.get("overlap_grad_reduce", False),
                          overlap_param_gather=lay.get("overlap_param_gather", False),
-                         tp_comm_overlap_forward=lay.get("tp_comm_overlap_forward", False),
+                         tp_comm_userbuffers=lay.get("tp_comm_userbuffers", False),
                          flash_attention=case.get("flash_attention", False),
                          grad_accum_dtype=case.get("grad_accum_dtype"))
 

@@ -46,8 +46,10 @@ class StrategySpec:
     overlap_grad_reduce: bool = False
     overlap_param_gather: bool = False
     # Megatron-Core's --tp-comm-overlap (Transformer Engine userbuffers): the forward's sequence-parallel
-    # all-gathers and reduce-scatters also stream under their GEMMs (Megatron-LM's tp_comm_overlap: backward only)
-    tp_comm_overlap_forward: bool = False
+    # all-gathers and reduce-scatters stream under their GEMMs, and in the backward the output gradient's
+    # all-gather under the data-gradient GEMM it feeds (Megatron-LM's tp_comm_overlap: the backward's
+    # reduce-scatter under the weight gradient only; userbuffers include it)
+    tp_comm_userbuffers: bool = False
     grad_accum_dtype: str | None = None  # main gradients: fp32 | bf16 | fp16 (None: the weights' dtype)
     # ZeRO-3: gather the parameters a module at a time (DeepSpeed) or a layer at a time (FSDP's usual
     # wrapping); None: module for zero3, layer for its offload variants (which simpar moves by layer)
@@ -212,14 +214,14 @@ def make_scenario(model: ModelSpec, strategy: str = "ddp", gpus: int = 8, *, top
     train = TrainSpec(global_batch=global_batch, micro_batch=micro_batch, precision=precision, optimizer=optimizer)
     for flag, on in (("--overlap-grad-reduce", spec.overlap_grad_reduce),
                      ("--overlap-param-gather", spec.overlap_param_gather),
-                     ("--tp-comm-overlap-forward", spec.tp_comm_overlap_forward)):
+                     ("--tp-comm-userbuffers", spec.tp_comm_userbuffers)):
         if on and name not in ("pp", "tp", "3d"):
             raise SimparError(f"{flag}: Megatron-Core's overlap, for its layouts: use --strategy 3d (pp, tp)")
-    if spec.tp_comm_overlap_forward and not (spec.sequence_parallel and spec.tp > 1):
-        raise SimparError("--tp-comm-overlap-forward: Transformer Engine's userbuffers overlap sequence-parallel "
+    if spec.tp_comm_userbuffers and not (spec.sequence_parallel and spec.tp > 1):
+        raise SimparError("--tp-comm-userbuffers: Transformer Engine's userbuffers overlap sequence-parallel "
                           "collectives; add --sequence-parallel with --tp 2 or more")
-    if spec.tp_comm_overlap_forward and spec.cp > 1:
-        raise SimparError("--tp-comm-overlap-forward: not modelled together with --cp (the attention piece holds "
+    if spec.tp_comm_userbuffers and spec.cp > 1:
+        raise SimparError("--tp-comm-userbuffers: not modelled together with --cp (the attention piece holds "
                           "the context-parallel exchanges); drop one of the two")
     if train.fp8 and (name not in ("pp", "tp", "3d") or model.experts):
         raise SimparError("--precision: fp8-mixed is Transformer Engine's, in Megatron's layouts of dense models: use "

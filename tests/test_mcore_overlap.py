@@ -1,4 +1,4 @@
-"""Megatron-Core's overlaps (--overlap-grad-reduce, --overlap-param-gather, --tp-comm-overlap-forward): the same
+"""Megatron-Core's overlaps (--overlap-grad-reduce, --overlap-param-gather, --tp-comm-userbuffers): the same
 bytes as without them, each collective where Megatron-Core launches it, and the fast path held to the events."""
 
 import pytest
@@ -11,7 +11,7 @@ from simpar.sim import build_topology, fast, simulate
 from simpar.strategies import build_plan
 
 GPT = model("gpt2-medium")
-OVERLAPS = dict(overlap_grad_reduce=True, overlap_param_gather=True, tp_comm_overlap_forward=True,
+OVERLAPS = dict(overlap_grad_reduce=True, overlap_param_gather=True, tp_comm_userbuffers=True,
                 tp_comm_overlap=True)
 
 
@@ -48,9 +48,26 @@ def test_each_bucket_is_reduced_as_the_last_micro_batch_finishes_it_and_gathered
 
 
 def test_the_forward_gemms_do_not_wait_for_their_all_gather():
-    ops = build_plan(_scenario(tp_comm_overlap_forward=True)).programs[0].ops
+    ops = build_plan(_scenario(tp_comm_userbuffers=True)).programs[0].ops
     cores = [op for op in ops if isinstance(op, Compute) and op.phase == "fwd" and op.part.endswith("_core")]
     assert cores and all(not any(isinstance(ops[d], Collective) for d in op.deps) for op in cores)
+
+
+@pytest.mark.parametrize("options", [dict(tp_comm_overlap=True), dict(tp_comm_overlap=True, tp_comm_userbuffers=True),
+                                     dict(tp_comm_userbuffers=True)])  # (userbuffers include the backward overlap)
+def test_the_backward_data_gradient_streams_its_output_gradient_gather_with_userbuffers(options):
+    userbuffers = options.get("tp_comm_userbuffers", False)
+    ops = build_plan(_scenario(**options)).programs[0].ops
+    rests = [op for op in ops if isinstance(op, Compute) and op.part.endswith("_core/rest")]
+    assert rests
+    for rest in rests:
+        gathers = [op for op in ops if isinstance(op, Collective) and op.payload == f"output grads unit{rest.unit} "
+                   f"mb{rest.microbatch}" and op.op == "allgather" and op.id < rest.id]
+        gather = gathers[-1]  # the gather of this half's output gradient, issued just before its backward
+        assert (gather.id in rest.deps) != userbuffers
+        if userbuffers:  # the weight gradient and the input gradient's reduce-scatter need all of it
+            after = [op for op in ops if rest.id in op.deps]
+            assert after and all(gather.id in op.deps for op in after)
 
 
 @pytest.mark.parametrize("options", [OVERLAPS, dict(overlap_grad_reduce=True)])
@@ -62,9 +79,9 @@ def test_the_fast_path_prices_the_overlaps_as_the_events(options):
 
 
 @pytest.mark.parametrize("options,message", [
-    (dict(tp_comm_overlap_forward=True, sequence_parallel=False), "--tp-comm-overlap-forward: Transformer Engine"),
-    (dict(tp_comm_overlap_forward=True, tp=1, dp=4), "--tp-comm-overlap-forward"),
-    (dict(tp_comm_overlap_forward=True, dp=1, cp=2), "--tp-comm-overlap-forward: not modelled together with --cp"),
+    (dict(tp_comm_userbuffers=True, sequence_parallel=False), "--tp-comm-userbuffers: Transformer Engine"),
+    (dict(tp_comm_userbuffers=True, tp=1, dp=4), "--tp-comm-userbuffers"),
+    (dict(tp_comm_userbuffers=True, dp=1, cp=2), "--tp-comm-userbuffers: not modelled together with --cp"),
 ])
 def test_bad_overlap_flags_name_the_flag(options, message):
     with pytest.raises(SimparError, match=message):

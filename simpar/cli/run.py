@@ -88,9 +88,11 @@ def register(sub) -> None:
                             "finishes it")
     mcore.add_argument("--overlap-param-gather", action="store_true",
                        help="the parameters' all-gather runs bucket by bucket under the next step's first forward")
-    mcore.add_argument("--tp-comm-overlap-forward", action="store_true",
-                       help="with --sequence-parallel: the forward's TP all-gathers and reduce-scatters stream under "
-                            "their GEMMs too (Transformer Engine userbuffers, Megatron-Core's --tp-comm-overlap)")
+    mcore.add_argument("--tp-comm-userbuffers", action="store_true",
+                       help="with --sequence-parallel: the forward's TP all-gathers and reduce-scatters, and the "
+                            "backward's output-gradient all-gathers, stream under the GEMMs they feed and follow "
+                            "(Transformer Engine userbuffers, Megatron-Core's --tp-comm-overlap; implies "
+                            "--tp-comm-overlap)")
     p.add_argument("--grad-accum-dtype", help="dtype of the main gradients: fp32 (Megatron; 18 bytes per parameter "
                                               "with mixed-precision Adam), bf16 or fp16 (default: the weights')")
     p.add_argument("--exact", action="store_true",
@@ -193,7 +195,7 @@ def scenario_and_notes(args) -> tuple[Scenario, list[str]]:
         recompute=args.recompute.strip().lower(), flash_attention=args.flash_attention,
         sequence_parallel=args.sequence_parallel, tp_comm_overlap=args.tp_comm_overlap,
         overlap_grad_reduce=args.overlap_grad_reduce, overlap_param_gather=args.overlap_param_gather,
-        tp_comm_overlap_forward=args.tp_comm_overlap_forward, **options)
+        tp_comm_userbuffers=args.tp_comm_userbuffers, **options)
     return scenario, notes
 
 

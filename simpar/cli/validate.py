@@ -52,20 +52,22 @@ def register(sub) -> None:
     p.add_argument("--exact", action="store_true",
                    help="with --published: simulate every step in full (contention between overlapping transfers "
                         "included; minutes for the largest rows) instead of the fast path")
-    add_json_flag(p, "{summary, cases} (with --published: also summary_apart for set D)")
+    add_json_flag(p, "{summary, cases} (with --published: also summary_groups, A-C and D, and summary_apart "
+                     "for sets outside the referee)")
     p.set_defaults(handler=run)
 
 
 def run_published(args) -> int:
     from tqdm import tqdm
 
-    from simpar.published import REFEREE_SETS, load, run_case, summary
+    from simpar.published import GROUPS, REFEREE_SETS, load, run_case, summary
 
     cases = load(args.published or None)
     rows = [run_case(c, args.exact) for c in tqdm(cases, desc="published", unit="case", file=sys.stderr,
                                                   disable=None)]
     apart = sorted({r["set"] for r in rows} - set(REFEREE_SETS))
-    result = {"summary": summary(rows), "summary_apart": {s: summary(rows, (s,)) for s in apart},
+    result = {"summary": summary(rows), "summary_groups": {g: summary(rows, sets) for g, sets in GROUPS.items()},
+              "summary_apart": {s: summary(rows, (s,)) for s in apart},
               "cases": [{k: r.get(k) for k in ("id", "set", "source", "quantity", "measured", "simulated", "error",
                                                   "skipped") if k in r} for r in rows]}
     if args.json and write_json(result, args.json):
@@ -77,6 +79,7 @@ def run_published(args) -> int:
             print(f"  {r['id']:<44} {r['quantity']:<18} measured {r['measured']:>8.4g}  simulated "
                   f"{r['simulated']:>8.4g}  {100 * r['error']:+6.1f} %")
     for label, s in [("sets " + "-".join((REFEREE_SETS[0], REFEREE_SETS[-1])), result["summary"])] + \
+            [(f"  {'sets' if len(sets) > 1 else 'set'} {g}", result["summary_groups"][g]) for g, sets in GROUPS.items()] + \
             [(f"set {k} (reported apart)", v) for k, v in result["summary_apart"].items()]:
         if s["cases"]:
             print(f"{label}: {s['cases']} cases, mean |error| {100 * s['mean_abs_error']:.1f} %, "

@@ -68,7 +68,8 @@ def build(scenario: Scenario) -> Plan:
                 last = _weight_grads(prog, work, chunks[chunk], mb)
             else:
                 last = _backward(prog, work, chunks[chunk], mb, vs, hidden_bytes, spec.tp, spec.sequence_parallel,
-                                 spec.tp_comm_overlap and spec.tp > 1, link, spec.schedule in SPLIT_BACKWARD)
+                                 (spec.tp_comm_overlap or spec.tp_comm_userbuffers) and spec.tp > 1, link,
+                                 spec.schedule in SPLIT_BACKWARD)
         if spec.sequence_parallel and spec.tp > 1:
             # Megatron (finalize_model_grads): the norms' and row-parallel biases' gradients saw only this
             # rank's part of the sequence; summing them over the TP group makes the replicas agree
@@ -162,7 +163,7 @@ def _forward(prog, work, units, mb, vs, virtual_stages, hidden_bytes, tp, sp, li
         if u.activations:
             prog.alloc("compute", "activations", u.activations, payload=f"unit{unit} mb{mb}")
         pieces = _pieces(work, unit, tp, sp)
-        if work.overlap_tp_forward and 0 < unit < work.num_units - 1 and not work.split_moe(unit):
+        if work.userbuffers and 0 < unit < work.num_units - 1 and not work.split_moe(unit):
             deps = _overlapped_halves(prog, work, unit, mb, pieces, hidden_bytes, deps)
             pieces = ()
         for part, comm in pieces:
@@ -224,16 +225,21 @@ def _backward(prog, work, units, mb, vs, hidden_bytes, tp, sp, overlap, link, sp
         for part, comm in reversed(pieces):
             # with sp, the gradient of the piece's output communication comes first (unless the async
             # reduce-scatter of the previous piece already moved it)
+            # userbuffers stream the gathered output gradient into the part's first data-gradient GEMM
+            streamed = overlap and layer and work.userbuffers and comm == "reducescatter"
+            gathered = None
             if comm and comm != "allreduce" and not (overlap and layer and comm == "allgather"):
-                deps = [_tp(prog, work, _BACKWARD_OF[comm], hidden_bytes, deps, f"output grads unit{unit} mb{mb}")]
+                gathered = _tp(prog, work, _BACKWARD_OF[comm], hidden_bytes, deps, f"output grads unit{unit} mb{mb}")
+                deps = deps if streamed else [gathered]
             if overlap and layer and comm == ("reducescatter" if sp else "allreduce"):
                 # Megatron's async TP communication: the input gradient of the part's first (column-parallel)
                 # GEMM is all-reduced (reduce-scattered) while that GEMM's weight gradient computes
                 rest = prog.add(Compute, "compute", deps, phase="bwd", unit=unit, microbatch=mb, part=f"{part}/rest",
                                 flops=u.bwd_flops / len(pieces), bytes=u.bwd_bytes / len(pieces))
-                reduce = _tp(prog, work, "reducescatter" if sp else "allreduce", hidden_bytes, [rest],
+                done = [rest, gathered] if streamed else [rest]
+                reduce = _tp(prog, work, "reducescatter" if sp else "allreduce", hidden_bytes, done,
                              f"input grads unit{unit} mb{mb}")
-                deps = [reduce, prog.add(Compute, "compute", [rest], phase="bwd", unit=unit, microbatch=mb,
+                deps = [reduce, prog.add(Compute, "compute", done, phase="bwd", unit=unit, microbatch=mb,
                                          part=f"{part}/wgrad")]
                 continue
             deps = [_piece(prog, work, unit, mb, "bwd", part, len(pieces), deps, split and unit > 0)]

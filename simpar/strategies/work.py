@@ -110,8 +110,9 @@ class Work:
         # transpose (Hopper's FP8 GEMMs take one layout only, so the data gradient reads a transposed copy)
         self.fp8_weight_bytes = 2 * model.layer_weights() // t if train.fp8 else 0
         self.stage_size = spec.replicas * t  # ranks of a pipeline stage (group "stage")
-        # Megatron-Core's --tp-comm-overlap (userbuffers) hides the forward's TP collectives under its GEMMs
-        self.overlap_tp_forward = spec.tp_comm_overlap_forward  # (make_scenario: only with sp, tp > 1, no cp)
+        # Megatron-Core's --tp-comm-overlap (userbuffers) hides the forward's TP collectives under its GEMMs, and
+        # the backward's output-gradient all-gathers under the data gradients they feed
+        self.userbuffers = spec.tp_comm_userbuffers  # (make_scenario: only with sp, tp > 1, no cp)
 
     @property
     def num_units(self) -> int:

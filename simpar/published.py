@@ -1,12 +1,14 @@
 """``simpar validate --published``: the simulator against published measurements of real runs.
 
-Each case of validation/published.json names its source, hardware preset, model shape (an MoE's experts
-too), layout (``ep`` for expert parallelism; a ``strategy`` other than 3d and further strategy ``options``
-such as ZeRO++'s) and batch, the quantity measured and its value; this module simulates it and reports simulated beside
-measured with the relative error (simulated - measured) / measured. Sets A-D are the referee (their
-mean and max |error| are the summary, and each group's: A-C on A100, D on H100); a set outside them
-(a user's own file may hold any) is reported apart. A case simpar cannot express (an unknown preset, an
-impossible layout) is skipped with the reason, never dropped.
+Each case of validation/published.json names its source, hardware preset (or a cluster file of the
+source tree), model shape (an MoE's experts too), layout (``ep`` for expert parallelism; a ``strategy``
+other than 3d and further strategy ``options`` such as ZeRO++'s) and batch, the quantity measured and its
+value; this module simulates it and reports simulated beside measured with the relative error
+(simulated - measured) / measured. Sets A-D are the referee (their mean and max |error| are the summary,
+and each group's: A-C on A100, D on H100); a set outside them (set E: FP8 runs from NeMo's performance
+tables, whose overlaps come from recipes the tables do not state; a user's own file may hold any) is
+reported apart. A case simpar cannot express (an unknown preset, an impossible layout) is skipped with
+the reason, never dropped.
 
 Long pipelines are simulated at p and 2p micro-batches and extrapolated (a step is affine in the
 number of micro-batches once the pipeline is full; simpar.search does the same and its tests hold
@@ -35,7 +37,7 @@ DEFAULT_FILE = Path(__file__).resolve().parents[1] / "validation" / "published.j
 REFEREE_SETS = ("A", "B", "C", "D")
 # the referee's groups, each reported on its own line too: A100 runs and collectives, Megatron-Core on H100
 GROUPS = {"A-C": ("A", "B", "C"), "D": ("D",)}
-QUANTITIES = ("tflops_per_gpu", "layer_forward_ms", "layer_backward_ms", "busbw_GBps")
+QUANTITIES = ("tflops_per_gpu", "tokens_per_gpu_s", "layer_forward_ms", "layer_backward_ms", "busbw_GBps")
 
 
 def load(path: str | Path | None = None) -> list[dict]:
@@ -50,6 +52,14 @@ def load(path: str | Path | None = None) -> list[dict]:
     return cases
 
 
+def _hardware(case: dict) -> str:
+    """The case's preset, or its cluster file (a relative path is the source tree's: examples/clusters/...)."""
+    name = case["hardware"]
+    if name.endswith((".yaml", ".yml", ".json")) and not Path(name).is_absolute():
+        return str(DEFAULT_FILE.parents[1] / name)
+    return name
+
+
 def _scenario(case: dict, microbatches: int | None = None):
     lay = case["layout"]
     model = ModelSpec(**case["model"])  # the entry's keys are ModelSpec's fields
@@ -58,7 +68,7 @@ def _scenario(case: dict, microbatches: int | None = None):
     batch = case["batch"] if microbatches is None else case["micro_batch"] * dp * microbatches
     strategy = case.get("strategy", "3d")  # data-parallel ones (zero3 with ZeRO++, hsdp...) take dp alone
     degrees = {"tp": lay["tp"], "pp": lay["pp"], "dp": dp} if strategy in ("3d", "pp", "tp") else {}
-    return make_scenario(model, strategy, lay["gpus"], topology=case["hardware"], micro_batch=case["micro_batch"],
+    return make_scenario(model, strategy, lay["gpus"], topology=_hardware(case), micro_batch=case["micro_batch"],
                          global_batch=batch, precision=case.get("precision", "bf16-mixed"), **degrees,
                          recompute=case.get("recompute", "none"), ep=lay.get("ep", 1), cp=cp,
                          **case.get("options", {}),  # further StrategySpec fields: expert_imbalance, zeropp_*...
@@ -115,10 +125,12 @@ def simulate_case(case: dict, exact: bool = False) -> float:
     q = case["quantity"]
     if q == "busbw_GBps":
         c = case["collective"]
-        topology = topologies.build(case["hardware"], c["gpus"])
+        topology = topologies.build(_hardware(case), c["gpus"])
         return simulate_collective(topology, c["op"], c.get("algo"), int(c["bytes"])).busbw_Bps / 1e9
     if q in ("layer_forward_ms", "layer_backward_ms"):
         return 1e3 * layer_time(case, "fwd" if q == "layer_forward_ms" else "bwd")
+    if q == "tokens_per_gpu_s":
+        return case["batch"] * case["model"]["seq"] / (step_time(case, exact) * case["layout"]["gpus"])
     if q == "tflops_per_gpu":
         t = step_time(case, exact)
         m, lay, batch = case["model"], case["layout"], case["batch"]

@@ -203,8 +203,26 @@ def test_published_suite_reports_and_skips(tmp_path, capsys):
 
 def test_published_file_names_every_source():
     cases = published.load()
-    assert {c["set"] for c in cases} == {"A", "B", "C", "D"}
+    assert {c["set"] for c in cases} == {"A", "B", "C", "D", "E"}
+    assert set(published.REFEREE_SETS) == {"A", "B", "C", "D"}  # E (FP8 tables, recipes assumed) apart
     assert all(c["source"] and c["quantity"] in published.QUANTITIES and c["measured"] > 0 for c in cases)
+    fp8 = [c for c in cases if c.get("precision") == "fp8-mixed"]
+    assert {c["hardware"] for c in fp8} >= {"dgx-h100", "dgx-b200", "examples/clusters/gb200-nvl72.yaml"}
+
+
+def test_tokens_per_gpu_is_the_global_batch_over_the_step_and_gpus(monkeypatch):
+    """A case's tokens per second per GPU is batch x sequence / (step x GPUs); its cluster file, named relative to
+    the source tree, is found from any working directory."""
+    case = next(c for c in published.load() if c["id"] == "E-GB200-llama3-8b")
+    seen = []
+    monkeypatch.setattr(published, "step_time", lambda c, exact=False: seen.append(c) or 2.0)
+    tokens = published.simulate_case(case)
+    assert tokens == case["batch"] * case["model"]["seq"] / (2.0 * case["layout"]["gpus"]) and seen == [case]
+    monkeypatch.chdir("/")
+    scenario = published._scenario(case)
+    assert scenario.cluster.topology.endswith("examples/clusters/gb200-nvl72.yaml")
+    topology = topologies.build(scenario.cluster.topology, 8)
+    assert topology.graph.nodes[topology.gpus[0]]["spec"].name == "gb200"
 
 
 def test_deepspeed_grad_accum_dtype_is_read(tmp_path, capsys):

@@ -66,6 +66,60 @@ def test_gemm_fit_recovers_the_efficiency_that_made_the_times():
     assert fit_gemm_efficiency(rows, spec, spec.kernels) == pytest.approx(0.62, abs=1e-9)
 
 
+def test_fp8_gemms_are_the_layers_linear_gemms_and_run_on_the_cpu():
+    gemms = gpu_bench.megatron_gemms(hidden_heads=((1024, 8),), micro_batches=(1,), tp_degrees=(1,), fp8=True)
+    assert gemms and all(g.fp8 and g.itemsize == 1 and g.batch == 1 for g in gemms)
+    assert {g.name.split(" dgrad")[0].split(" wgrad")[0] for g in gemms} == {"qkv", "attention output", "mlp up",
+                                                                             "mlp down"}
+    rows = gpu_bench.fp8_gemm_seconds([Gemm("qkv", 32, 48, 64, itemsize=1, fp8=True),
+                                       Gemm("odd", 30, 48, 64, itemsize=1, fp8=True)], device="cpu", budget_s=1e-4)
+    assert [(r["name"], r["itemsize"]) for r in rows] == [("qkv", 1)] and rows[0]["seconds"] > 0  # (16s only)
+    assert gpu_bench.fp8_supported("cpu") is None
+
+
+def _fp8_rows(spec, base, efficiency):
+    truth = dataclasses.replace(base, fp8_gemm_efficiency=efficiency).for_fp8()
+    gemms = gpu_bench.megatron_gemms(hidden_heads=((2048, 16), (4096, 32)), micro_batches=(1,), tp_degrees=(1, 4),
+                                     fp8=True)
+    return [{"name": g.name, "m": g.m, "n": g.n, "k": g.k, "batch": 1, "itemsize": 1,
+             "seconds": gemm_time(g, spec.peak_flops("fp8"), spec.memory_bandwidth, truth)} for g in gemms]
+
+
+def test_measured_fp8_gemms_set_the_profiles_fp8_efficiency_and_price_fp8_runs():
+    """A profile with FP8 samples prices fp8-mixed's linear GEMMs at the fitted fraction of the FP8 peak, its
+    bf16 GEMMs as before; a profile without them (the committed H100 one) prices FP8 at its bf16 efficiency."""
+    from simpar.costs.kernels import Shape, unit_kernels
+    from simpar.costs.pricing import KernelPricer
+    from simpar.models import model
+    from simpar.scenario import make_scenario
+
+    data = json.loads(H100_PROFILE.read_text())
+    spec = GPUS["h100-sxm"]
+    profile = fit_profile(data["machine"], data["preset"], data["samples"]["gemms"], data["samples"]["stream"],
+                          data["nccl"], _fp8_rows(spec, KernelModel(**data["kernels"]), 0.47))
+    assert profile.kernels["fp8_gemm_efficiency"] == pytest.approx(0.47, abs=1e-9)
+    assert profile.fit["fp8_gemm_median_abs_error"] == pytest.approx(0.0, abs=1e-9)
+    assert {k: v for k, v in profile.kernels.items() if k != "fp8_gemm_efficiency"} == data["kernels"]
+    loaded = GPUProfile.from_dict(json.loads(json.dumps(dataclasses.asdict(profile))), "test")
+    scenario = make_scenario(model("gpt2-medium"), "3d", 8, tp=2, dp=4, sequence_parallel=True,
+                             precision="fp8-mixed", topology="dgx-h100")
+    committed = HardwareProfile.load(str(H100_PROFILE))
+    for source, fp8_efficiency in ((loaded, profile.kernels["fp8_gemm_efficiency"]),
+                                   (committed, data["kernels"]["gemm_efficiency"])):
+        gpu = source.spec()
+        pricer = KernelPricer(scenario, gpu)
+        for kernel in unit_kernels(Shape.of(scenario), "layer", "fwd"):
+            if isinstance(kernel, Gemm):
+                fp8 = kernel.fp8
+                expected = gemm_time(kernel, gpu.peak_flops("fp8" if fp8 else "bf16"), gpu.memory_bandwidth,
+                                     dataclasses.replace(gpu.kernels, gemm_efficiency=fp8_efficiency if fp8
+                                                         else data["kernels"]["gemm_efficiency"]))
+                assert pricer.kernel_seconds(kernel) == pytest.approx(expected, rel=1e-12)
+    skipped = fit_profile(data["machine"], "a100-80gb", data["samples"]["gemms"], data["samples"]["stream"],
+                          data["nccl"], fp8_skipped="preset a100-80gb has no FP8 figure")
+    assert skipped.fit["fp8_skipped"].startswith("preset a100-80gb") and "fp8_gemms" not in skipped.samples
+
+
 def test_allreduce_fit_recovers_bus_bandwidth_and_latency():
     world, busbw, latency = 8, 230e9, 30e-6
     rows = [{"bytes": s, "seconds": latency + s * 2 * (world - 1) / world / busbw} for s in (2**20, 2**24, 2**28)]

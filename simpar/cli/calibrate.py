@@ -144,6 +144,12 @@ def run_gpu(args) -> int:
           f"{len(profile.samples['gemms'])} Megatron shapes, model vs measured: median "
           f"{fit['gemm_median_abs_error']:.1%}, max {fit['gemm_max_abs_error']:.1%} (preset's constants: "
           f"median {fit['preset_gemm_median_abs_error']:.1%})")
+    if "fp8_gemms" in profile.samples:
+        print(f"  FP8 GEMMs         efficiency {k['fp8_gemm_efficiency']:.3f} of the FP8 peak (preset "
+              f"{preset.for_fp8().gemm_efficiency:.3f}); {len(profile.samples['fp8_gemms'])} shapes, model vs "
+              f"measured: median {fit['fp8_gemm_median_abs_error']:.1%}, max {fit['fp8_gemm_max_abs_error']:.1%}")
+    else:
+        print(f"  FP8 GEMMs         not measured: {fit.get('fp8_skipped', 'this profile has none')}")
     print(f"  HBM               {units.human_rate(fit['hbm_bandwidth'])} = {k['hbm_efficiency']:.3f} of the "
           f"datasheet (preset {preset.hbm_efficiency:.3f})")
     print(f"  kernel overhead   {units.human_time(k['kernel_overhead'])} (preset "

@@ -19,6 +19,7 @@ gap between back-to-back kernels (launch, ramp-up, tail) that no bandwidth expla
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from functools import lru_cache
@@ -45,6 +46,13 @@ class KernelModel:
     kernel_overhead: float  # seconds per kernel
     k_overhead: int = 64  # K-equivalent of a tile's prologue + epilogue
     source: str = ""
+    fp8_gemm_efficiency: float | None = None  # of the FP8 peak, where measured (a GPU profile); None: gemm_efficiency
+
+    def for_fp8(self) -> "KernelModel":
+        """The model an FP8 GEMM is priced with (at the device's FP8 peak)."""
+        if self.fp8_gemm_efficiency is None:
+            return self
+        return dataclasses.replace(self, gemm_efficiency=self.fp8_gemm_efficiency)
 
 
 @dataclass(frozen=True)

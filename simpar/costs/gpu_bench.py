@@ -2,7 +2,9 @@
 
 - GEMMs: the very shapes simpar prices (``costs.kernels.unit_kernels`` of Megatron layers and heads
   at several hidden sizes, micro-batches and TP degrees, forward and backward), each run as the
-  ``torch.matmul`` / ``torch.bmm`` it stands for.
+  ``torch.matmul`` / ``torch.bmm`` it stands for; on a GPU with FP8 tensor cores (compute capability
+  8.9 or more) the layers' linear GEMMs of fp8-mixed too, as ``torch._scaled_mm`` of two float8_e4m3
+  operands with per-tensor scales into bf16 (what Transformer Engine's FP8 GEMM runs).
 - Streaming kernels: ``torch.add(a, b, out=c)`` (two reads and a write) from 8 KiB to 1.5 GiB,
   queued back to back as a training step queues them, so the small ones show the per-kernel overhead
   and the large ones the HBM bandwidth.
@@ -89,18 +91,19 @@ def _rounds(fn, repeats: int, device: str) -> float:
 
 
 def megatron_gemms(hidden_heads=HIDDEN_HEADS, micro_batches=MICRO_BATCHES, tp_degrees=TP_DEGREES,
-                   seq: int = 2048, vocab: int = 51200) -> list[Gemm]:
-    """The distinct GEMMs of Megatron layers and heads (forward and backward) over the given shapes."""
+                   seq: int = 2048, vocab: int = 51200, fp8: bool = False) -> list[Gemm]:
+    """The distinct GEMMs of Megatron layers and heads (forward and backward) over the given shapes; with
+    ``fp8`` the layers' linear GEMMs of fp8-mixed alone (the FP8 ones)."""
     seen: dict[tuple, Gemm] = {}
     for hidden, heads in hidden_heads:
         model = ModelSpec(f"h{hidden}", 1, hidden, heads, 4 * hidden, vocab, seq)
         for mb in micro_batches:
             for tp in tp_degrees:
-                shape = Shape(model, mb, tp)
+                shape = Shape(model, mb, tp, fp8=fp8)
                 for kind in ("layer", "head"):
                     for phase in ("fwd", "bwd"):
                         for kernel in unit_kernels(shape, kind, phase):
-                            if isinstance(kernel, Gemm) and kernel.io_bytes is None:
+                            if isinstance(kernel, Gemm) and kernel.io_bytes is None and kernel.fp8 == fp8:
                                 seen.setdefault((kernel.m, kernel.n, kernel.k, kernel.batch, kernel.itemsize),
                                                 kernel)
     return list(seen.values())
@@ -122,6 +125,35 @@ def gemm_seconds(gemms, device: str = "cuda", budget_s: float = 0.02) -> list[di
         rows.append({"name": g.name, "m": g.m, "n": g.n, "k": g.k, "batch": g.batch, "itemsize": g.itemsize,
                      "seconds": seconds})
         del a, b, out
+    return rows
+
+
+def fp8_supported(device: str = "cuda") -> str | None:
+    """None where FP8 GEMMs run here, else why not."""
+    if device != "cuda":
+        return None  # (torch's CPU _scaled_mm: the code path, for the tests)
+    major, minor = torch.cuda.get_device_capability()
+    if (major, minor) < (8, 9):
+        return f"compute capability {major}.{minor} has no FP8 tensor cores (8.9 or more: Ada, Hopper, Blackwell)"
+    return None
+
+
+def fp8_gemm_seconds(gemms, device: str = "cuda", budget_s: float = 0.02) -> list[dict]:
+    """Each FP8 GEMM's measured seconds: float8_e4m3 operands, per-tensor scales, bf16 output
+    (``torch._scaled_mm``, which wants the second operand column-major)."""
+    rows = []
+    for g in gemms:
+        if g.batch != 1 or g.m % 16 or g.n % 16 or g.k % 16:  # (FP8 GEMMs need dimensions in 16s)
+            continue
+        a = torch.randn(g.m, g.k, device=device).to(torch.float8_e4m3fn)
+        b = torch.randn(g.n, g.k, device=device).to(torch.float8_e4m3fn).t()
+        scale = torch.ones((), device=device)
+        estimate = g.flops / (1e15 if device == "cuda" else 5e10)
+        repeats = max(1, min(200, int(budget_s / max(estimate, 1e-9))))
+        seconds = timed(lambda: torch._scaled_mm(a, b, scale_a=scale, scale_b=scale, out_dtype=torch.bfloat16),
+                        repeats, device)
+        rows.append({"name": g.name, "m": g.m, "n": g.n, "k": g.k, "batch": 1, "itemsize": 1, "seconds": seconds})
+        del a, b
     return rows
 
 

@@ -8,7 +8,8 @@ Fits, each in the model's own terms:
   kernels far larger than L2 set the bandwidth (Theil-Sen), the others the overhead (median);
 - GEMMs: with the SM count read from the device and the two constants above, the
   ``gemm_efficiency`` whose shape-dependent times (``costs.gpu.gemm_time``) best match every measured
-  GEMM (the median of |log(model / measured)| over the grid 0.300, 0.3025, ... 1.000);
+  GEMM (the median of |log(model / measured)| over the grid 0.300, 0.3025, ... 1.000); FP8 GEMMs,
+  where the device has them, the same way against the FP8 peak (``fp8_gemm_efficiency``);
 - NCCL: ``seconds = latency + S·2(N-1)/N / busbw`` over all-reduce sizes (Theil-Sen); applied to a
   topology, the NVLink links' achieved fraction becomes busbw over their per-direction rate.
 """
@@ -61,15 +62,17 @@ def fit_stream(rows: list[dict], cache_bytes: int = 0) -> tuple[float, float]:
     return overhead, 1.0 / per_byte
 
 
-def gemm_errors(rows: list[dict], spec: GPUSpec, model: KernelModel) -> np.ndarray:
-    """log(model / measured) per measured GEMM."""
-    peak = spec.peak_flops("bf16" if spec.bf16_flops else "fp16")
-    return np.array([math.log(gemm_time(Gemm(r["name"], r["m"], r["n"], r["k"], r["batch"], r["itemsize"]),
+def gemm_errors(rows: list[dict], spec: GPUSpec, model: KernelModel, fp8: bool = False) -> np.ndarray:
+    """log(model / measured) per measured GEMM (``fp8``: at the FP8 peak, with the model's FP8 efficiency)."""
+    peak = spec.peak_flops("fp8" if fp8 else "bf16" if spec.bf16_flops else "fp16")
+    model = model.for_fp8() if fp8 else model
+    return np.array([math.log(gemm_time(Gemm(r["name"], r["m"], r["n"], r["k"], r["batch"], r["itemsize"], fp8=fp8),
                                         peak, spec.memory_bandwidth, model) / r["seconds"]) for r in rows])
 
 
-def fit_gemm_efficiency(rows: list[dict], spec: GPUSpec, base: KernelModel) -> float:
-    scores = [float(np.median(np.abs(gemm_errors(rows, spec, dataclasses.replace(base, gemm_efficiency=e)))))
+def fit_gemm_efficiency(rows: list[dict], spec: GPUSpec, base: KernelModel, fp8: bool = False) -> float:
+    field = "fp8_gemm_efficiency" if fp8 else "gemm_efficiency"
+    scores = [float(np.median(np.abs(gemm_errors(rows, spec, dataclasses.replace(base, **{field: e}), fp8))))
               for e in EFFICIENCY_GRID]
     return float(EFFICIENCY_GRID[int(np.argmin(scores))])
 
@@ -82,7 +85,9 @@ def fit_allreduce(rows: list[dict], world: int) -> dict:
             "busbw_largest": largest["bytes"] * 2 * (world - 1) / world / largest["seconds"], "samples": rows}
 
 
-def fit_profile(machine: dict, preset: str, gemms: list[dict], stream: list[dict], nccl: dict) -> GPUProfile:
+def fit_profile(machine: dict, preset: str, gemms: list[dict], stream: list[dict], nccl: dict,
+                fp8_gemms: list[dict] | None = None, fp8_skipped: str | None = None) -> GPUProfile:
+    """``fp8_gemms``: measured FP8 GEMMs (their fit sets ``fp8_gemm_efficiency``); ``fp8_skipped``: why none were."""
     spec = GPUS[preset]
     overhead, bandwidth = fit_stream(stream, machine.get("l2_bytes", 0))
     base = KernelModel(machine["sms"], spec.kernels.gemm_efficiency, min(1.0, bandwidth / spec.memory_bandwidth),
@@ -98,7 +103,18 @@ def fit_profile(machine: dict, preset: str, gemms: list[dict], stream: list[dict
            "preset_gemm_median_abs_error": float(np.median(errors["preset"])),
            "stream_max_abs_error": max(abs(m / r["seconds"] - 1) for m, r in zip(stream_model, priced)),
            "hbm_bandwidth": bandwidth}
-    return GPUProfile(machine, preset, asdict(fitted), fit, nccl, {"gemms": gemms, "stream": stream})
+    samples = {"gemms": gemms, "stream": stream}
+    if fp8_gemms:
+        fitted = dataclasses.replace(fitted, fp8_gemm_efficiency=fit_gemm_efficiency(fp8_gemms, spec, fitted, fp8=True))
+        fp8_errors = np.abs(np.expm1(gemm_errors(fp8_gemms, spec, fitted, fp8=True)))
+        fit.update(fp8_gemm_median_abs_error=float(np.median(fp8_errors)), fp8_gemm_max_abs_error=float(fp8_errors.max()),
+                   preset_fp8_gemm_median_abs_error=float(np.median(np.abs(np.expm1(
+                       gemm_errors(fp8_gemms, spec, spec.kernels, fp8=True))))))
+        samples["fp8_gemms"] = fp8_gemms
+    elif fp8_skipped:
+        fit["fp8_skipped"] = fp8_skipped
+    kernels = {k: v for k, v in asdict(fitted).items() if not (k == "fp8_gemm_efficiency" and v is None)}
+    return GPUProfile(machine, preset, kernels, fit, nccl, samples)
 
 
 @dataclass
@@ -172,6 +188,12 @@ def calibrate_gpu(preset: str | None = None, timeout: float = 600.0, progress=No
     gemms = gpu_bench.megatron_gemms()
     say(f"{len(gemms)} GEMM shapes of Megatron layers on {props.name}")
     gemm_rows = gpu_bench.gemm_seconds(gemms)
+    fp8_rows, fp8_skipped = None, (f"preset {preset} has no FP8 figure" if GPUS[preset].fp8_flops is None
+                                   else gpu_bench.fp8_supported())
+    if fp8_skipped is None:
+        fp8_gemms = gpu_bench.megatron_gemms(fp8=True)
+        say(f"{len(fp8_gemms)} FP8 GEMM shapes of fp8-mixed layers")
+        fp8_rows = gpu_bench.fp8_gemm_seconds(fp8_gemms)
     say("streaming kernels by size")
     stream_rows = gpu_bench.stream_seconds()
     world = torch.cuda.device_count()
@@ -183,4 +205,4 @@ def calibrate_gpu(preset: str | None = None, timeout: float = 600.0, progress=No
         nccl = fit_allreduce(rows, world)
     else:
         nccl = {"skipped": f"one GPU visible ({props.name}): NCCL collectives need two or more"}
-    return fit_profile(machine, preset, gemm_rows, stream_rows, nccl)
+    return fit_profile(machine, preset, gemm_rows, stream_rows, nccl, fp8_rows, fp8_skipped)

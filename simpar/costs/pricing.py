@@ -12,11 +12,14 @@ class KernelPricer:
         self.shape = Shape.of(scenario)
         self.peak, self.hbm, self.model = gpu.peak_flops(scenario.train.compute_dtype), gpu.memory_bandwidth, gpu.kernels
         self.fp8_peak = gpu.peak_flops("fp8") if self.shape.fp8 else None
+        self.fp8_model = self.model.for_fp8()  # a GPU profile's measured FP8 efficiency, where it has one
         self._cache: dict = {}  # (unit kind, phase, part) -> seconds: every micro-batch costs the same
 
     def kernel_seconds(self, kernel) -> float:
         """One kernel's time (FP8 GEMMs at the FP8 peak)."""
-        return kernel_time(kernel, self.fp8_peak if getattr(kernel, "fp8", False) else self.peak, self.hbm, self.model)
+        if getattr(kernel, "fp8", False):
+            return kernel_time(kernel, self.fp8_peak, self.hbm, self.fp8_model)
+        return kernel_time(kernel, self.peak, self.hbm, self.model)
 
     def time(self, kind: str, op) -> float:
         if op.phase == "step":  # the optimizer: memory-bound over every state it reads and writes

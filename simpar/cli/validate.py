@@ -78,8 +78,9 @@ def run_published(args) -> int:
         else:
             print(f"  {r['id']:<44} {r['quantity']:<18} measured {r['measured']:>8.4g}  simulated "
                   f"{r['simulated']:>8.4g}  {100 * r['error']:+6.1f} %")
-    for label, s in [("sets " + "-".join((REFEREE_SETS[0], REFEREE_SETS[-1])), result["summary"])] + \
-            [(f"  {'sets' if len(sets) > 1 else 'set'} {g}", result["summary_groups"][g]) for g, sets in GROUPS.items()] + \
+    groups = [(f"  {'sets' if len(sets) > 1 else 'set'} {g}", result["summary_groups"][g])
+              for g, sets in GROUPS.items()]
+    for label, s in [("sets " + "-".join((REFEREE_SETS[0], REFEREE_SETS[-1])), result["summary"])] + groups + \
             [(f"set {k} (reported apart)", v) for k, v in result["summary_apart"].items()]:
         if s["cases"]:
             print(f"{label}: {s['cases']} cases, mean |error| {100 * s['mean_abs_error']:.1f} %, "

@@ -37,7 +37,8 @@ def check_layout(model, spec) -> None:
         if spec.tp > 1 and not spec.sequence_parallel:
             raise SimparError("--sequence-parallel: Megatron runs MoE layers with tensor parallelism on "
                               "sequence-parallel input only; add it")
-        for flag, on in (("--tp-comm-overlap", spec.tp_comm_overlap), ("--tp-comm-userbuffers", spec.tp_comm_userbuffers)):
+        for flag, on in (("--tp-comm-overlap", spec.tp_comm_overlap),
+                         ("--tp-comm-userbuffers", spec.tp_comm_userbuffers)):
             if on:
                 raise SimparError(f"{flag}: not modelled for MoE layers; leave it out")
         if spec.tp > 1 and model.seq % spec.tp:

@@ -224,8 +224,8 @@ def _backward(prog, work, units, mb, vs, hidden_bytes, tp, sp, overlap, link, sp
         layer = 0 < unit < last_unit
         for part, comm in reversed(pieces):
             # with sp, the gradient of the piece's output communication comes first (unless the async
-            # reduce-scatter of the previous piece already moved it)
-            # userbuffers stream the gathered output gradient into the part's first data-gradient GEMM
+            # reduce-scatter of the previous piece already moved it); userbuffers stream it into the part's
+            # first data-gradient GEMM instead, and only the weight gradient waits for all of it
             streamed = overlap and layer and work.userbuffers and comm == "reducescatter"
             gathered = None
             if comm and comm != "allreduce" and not (overlap and layer and comm == "allgather"):

@@ -32,6 +32,7 @@ from simpar.sim.extrapolate import extrapolate, extrapolation_points
 from simpar.sim import fast
 from simpar.sim.runner import Simulator
 from simpar.strategies import build_plan
+from simpar.topologies.cluster_file import is_cluster_file
 
 DEFAULT_FILE = Path(__file__).resolve().parents[1] / "validation" / "published.json"
 REFEREE_SETS = ("A", "B", "C", "D")
@@ -55,7 +56,7 @@ def load(path: str | Path | None = None) -> list[dict]:
 def _hardware(case: dict) -> str:
     """The case's preset, or its cluster file (a relative path is the source tree's: examples/clusters/...)."""
     name = case["hardware"]
-    if name.endswith((".yaml", ".yml", ".json")) and not Path(name).is_absolute():
+    if is_cluster_file(name) and not Path(name).is_absolute():
         return str(DEFAULT_FILE.parents[1] / name)
     return name
 

@@ -215,7 +215,7 @@ def make_scenario(model: ModelSpec, strategy: str = "ddp", gpus: int = 8, *, top
     for flag, on in (("--overlap-grad-reduce", spec.overlap_grad_reduce),
                      ("--overlap-param-gather", spec.overlap_param_gather),
                      ("--tp-comm-userbuffers", spec.tp_comm_userbuffers)):
-        if on and name not in ("pp", "tp", "3d"):
+        if on and name not in MODEL_PARALLEL:
             raise SimparError(f"{flag}: Megatron-Core's overlap, for its layouts: use --strategy 3d (pp, tp)")
     if spec.tp_comm_userbuffers and not (spec.sequence_parallel and spec.tp > 1):
         raise SimparError("--tp-comm-userbuffers: Transformer Engine's userbuffers overlap sequence-parallel "
@@ -223,7 +223,7 @@ def make_scenario(model: ModelSpec, strategy: str = "ddp", gpus: int = 8, *, top
     if spec.tp_comm_userbuffers and spec.cp > 1:
         raise SimparError("--tp-comm-userbuffers: not modelled together with --cp (the attention piece holds "
                           "the context-parallel exchanges); drop one of the two")
-    if train.fp8 and (name not in ("pp", "tp", "3d") or model.experts):
+    if train.fp8 and (name not in MODEL_PARALLEL or model.experts):
         raise SimparError("--precision: fp8-mixed is Transformer Engine's, in Megatron's layouts of dense models: use "
                           "--strategy 3d (pp, tp) without MoE layers, or bf16-mixed")
     scenario = Scenario(model, train, spec, ClusterSpec(topology, gpus, bandwidth, latency, device))

@@ -54,7 +54,7 @@ def build(scenario: Scenario) -> Plan:
         params = work.params(held)
         ready = _gather_params_ahead(prog, work, spec, held)  # unit -> the all-gathers its first forward waits for
         work.static(prog, work.w * params, work.g * params, work.k * work.shard(held, spec.replicas))
-        layers = sum(1 for u in held if work.model.unit_kind(u) == "layer")
+        layers = _dense_layers(work, held)
         if work.fp8_weight_bytes and layers:
             prog.alloc("compute", "buffers", work.fp8_weight_bytes * layers, payload="fp8 weights")
         last = None
@@ -259,11 +259,16 @@ def _backward(prog, work, units, mb, vs, hidden_bytes, tp, sp, overlap, link, sp
     return deps[0]
 
 
+def _dense_layers(work: Work, units) -> int:
+    """How many of ``units`` are dense transformer layers (the ones whose linear GEMMs fp8-mixed runs in FP8)."""
+    return sum(1 for u in units if work.model.unit_kind(u) == "layer")
+
+
 def _amax(prog: Program, work: Work, units, per_gemm: int, deps, payload: str) -> list[int]:
     """FP8 delayed scaling (Transformer Engine): at the end of a chunk's forward (backward) the amax of each
     FP8 tensor, ``per_gemm`` a linear GEMM (input and weight; output gradient), is all-reduced as one fp32 buffer
     over the stage's data-, context- and tensor-parallel ranks, so that every replica scales alike."""
-    layers = sum(1 for u in units if work.model.unit_kind(u) == "layer")
+    layers = _dense_layers(work, units)
     if not (work.fp8_weight_bytes and layers and work.stage_size > 1):
         return deps
     return [prog.add(Collective, "comm", deps, op="allreduce", group="stage", nbytes=4 * 4 * per_gemm * layers,
